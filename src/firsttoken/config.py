@@ -1,0 +1,186 @@
+"""Settings from keyword arguments and environment variables, validated in one place.
+
+An argument wins over its environment variable, which wins over the default. Anything malformed
+raises :class:`ConfigError` naming the setting, the value and what is accepted; ``instrument()``
+turns that into one warning and leaves the app uninstrumented rather than crash it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ENV_DISABLED = "FIRSTTOKEN_DISABLED"
+ENV_CHUNK_METRICS = "FIRSTTOKEN_CHUNK_METRICS"
+ENV_PHASE_SPANS = "FIRSTTOKEN_PHASE_SPANS"
+ENV_PROVIDER_HOSTS = "FIRSTTOKEN_PROVIDER_HOSTS"
+ENV_CONTENT_MAX_LENGTH = "FIRSTTOKEN_CONTENT_MAX_LENGTH"
+ENV_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+ENV_OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+# OpenTelemetry Python's content-capture modes; any mode that puts content on spans turns it on.
+_CAPTURE_ON = frozenset({"span_only", "span_and_event", "event_only"})
+_CAPTURE_OFF = frozenset({"no_content"})
+
+Redactor = Callable[[str, str], "str | None"]
+"""``redact(attribute_name, json_text) -> text to record, or None to drop it``."""
+
+
+class ConfigError(ValueError):
+    """A setting firsttoken cannot use. The message names the setting and what it accepts."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated settings for one ``instrument()``."""
+
+    capture_content: bool = False
+    chunk_metrics: bool = False
+    phase_spans: bool = True
+    provider_hosts: Mapping[str, str] = field(default_factory=dict)
+    content_max_length: int = 8192
+    redact: Redactor | None = None
+
+
+_OPTIONS = {"chunk_metrics", "phase_spans", "provider_hosts", "content_max_length", "redact"}
+
+
+def _env(name: str, environ: Mapping[str, str]) -> str | None:
+    value = environ.get(name)
+    return None if value is None else value.strip()
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean: use one of true/false, 1/0, yes/no, on/off")
+
+
+def _bool_option(name: str, env_name: str, value: Any, environ: Mapping[str, str], default: bool) -> bool:
+    if value is not None:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name}={value!r} must be True or False")
+        return value
+    raw = _env(env_name, environ)
+    return default if raw is None else parse_bool(env_name, raw)
+
+
+def parse_capture_content(raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in _TRUE or low in _CAPTURE_ON:
+        return True
+    if low in _FALSE or low in _CAPTURE_OFF:
+        return False
+    raise ConfigError(
+        f"{ENV_CAPTURE_CONTENT}={raw!r} is not understood: use true/false or one of "
+        "NO_CONTENT, SPAN_ONLY, EVENT_ONLY, SPAN_AND_EVENT"
+    )
+
+
+def parse_provider_hosts(raw: str) -> dict[str, str]:
+    hosts: dict[str, str] = {}
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, provider = item.partition("=")
+        if not sep or not host.strip() or not provider.strip():
+            raise ConfigError(
+                f"{ENV_PROVIDER_HOSTS} entry {item!r} is not host=provider "
+                "(example: llm.internal=vllm,api.example.com=example)"
+            )
+        hosts[host.strip().lower()] = provider.strip()
+    return hosts
+
+
+def is_disabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment switches firsttoken (or the whole OpenTelemetry SDK) off."""
+    env = os.environ if environ is None else environ
+    for name in (ENV_DISABLED, ENV_OTEL_SDK_DISABLED):
+        raw = _env(name, env)
+        if raw is not None and parse_bool(name, raw):
+            return True
+    return False
+
+
+def load(
+    *,
+    capture_content: bool | None = None,
+    options: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build :class:`Settings` from ``instrument()`` arguments and the environment."""
+    env = os.environ if environ is None else environ
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - _OPTIONS)
+    if unknown:
+        raise ConfigError(
+            f"unknown option(s) {', '.join(unknown)}; firsttoken.instrument() accepts "
+            f"capture_content, {', '.join(sorted(_OPTIONS))}"
+        )
+
+    if capture_content is not None:
+        if not isinstance(capture_content, bool):
+            raise ConfigError(f"capture_content={capture_content!r} must be True or False")
+        capture = capture_content
+    else:
+        raw = _env(ENV_CAPTURE_CONTENT, env)
+        capture = False if raw is None else parse_capture_content(raw)
+
+    hosts_opt = opts.get("provider_hosts")
+    if hosts_opt is None:
+        raw = _env(ENV_PROVIDER_HOSTS, env)
+        hosts = {} if raw is None else parse_provider_hosts(raw)
+    elif isinstance(hosts_opt, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) and k and v for k, v in hosts_opt.items()
+    ):
+        hosts = {k.lower(): v for k, v in hosts_opt.items()}
+    else:
+        raise ConfigError(f"provider_hosts={hosts_opt!r} must map host names to provider names")
+
+    max_len_opt = opts.get("content_max_length")
+    if max_len_opt is None:
+        raw = _env(ENV_CONTENT_MAX_LENGTH, env)
+        if raw is None:
+            max_len = Settings.content_max_length
+        else:
+            try:
+                max_len = int(raw)
+            except ValueError:
+                raise ConfigError(f"{ENV_CONTENT_MAX_LENGTH}={raw!r} is not an integer") from None
+    elif isinstance(max_len_opt, int) and not isinstance(max_len_opt, bool):
+        max_len = max_len_opt
+    else:
+        raise ConfigError(f"content_max_length={max_len_opt!r} must be an integer")
+    if max_len < 16:
+        raise ConfigError(f"content_max_length={max_len} is too small: use at least 16 characters")
+
+    redact = opts.get("redact")
+    if redact is not None and not callable(redact):
+        raise ConfigError(f"redact={redact!r} must be a callable (attribute_name, text) -> text | None")
+
+    return Settings(
+        capture_content=capture,
+        chunk_metrics=_bool_option("chunk_metrics", ENV_CHUNK_METRICS, opts.get("chunk_metrics"), env, False),
+        phase_spans=_bool_option("phase_spans", ENV_PHASE_SPANS, opts.get("phase_spans"), env, True),
+        provider_hosts=hosts,
+        content_max_length=max_len,
+        redact=redact,
+    )
+
+
+class FirstTokenWarning(UserWarning):
+    """firsttoken could not do something it was asked to; the app runs on, unmeasured there."""
+
+
+def warn(message: str) -> None:
+    """One clear warning (``logging.captureWarnings(True)`` routes it to the app's logs)."""
+    warnings.warn(f"firsttoken: {message}", FirstTokenWarning, stacklevel=3)

@@ -1,0 +1,163 @@
+"""What every provider hook shares: reading results, naming providers, owning streams."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from functools import partial
+from importlib import metadata
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .. import semconv as sc
+from ..config import warn
+from ..context import CALL_START
+from ..streams import is_running, watch
+from ..timeline import STREAM_TEXT_KEY, Timeline
+
+log = logging.getLogger("firsttoken")
+
+ProviderResolver = Callable[[str | None, str], str]
+"""``provider_of(host, default)`` -> ``gen_ai.provider.name``."""
+
+# Hosts of well-known providers (values from the GenAI conventions' list where it has them).
+KNOWN_HOSTS: Mapping[str, str] = {
+    "api.openai.com": "openai",
+    "api.anthropic.com": "anthropic",
+    "api.groq.com": "groq",
+    "api.deepseek.com": "deepseek",
+    "api.mistral.ai": "mistral_ai",
+    "api.x.ai": "x_ai",
+    "api.perplexity.ai": "perplexity",
+    "api.cohere.ai": "cohere",
+    "api.cohere.com": "cohere",
+    "api.moonshot.ai": "moonshot_ai",
+    "generativelanguage.googleapis.com": "gcp.gemini",
+    "api.cerebras.ai": "cerebras",
+    "api.fireworks.ai": "fireworks",
+    "api.together.xyz": "together",
+    "openrouter.ai": "openrouter",
+}
+KNOWN_SUFFIXES: tuple[tuple[str, str], ...] = (
+    (".openai.azure.com", "azure.ai.openai"),
+    (".cognitiveservices.azure.com", "azure.ai.openai"),
+    (".services.ai.azure.com", "azure.ai.inference"),
+    (".models.ai.azure.com", "azure.ai.inference"),
+    ("aiplatform.googleapis.com", "gcp.vertex_ai"),
+    (".amazonaws.com", "aws.bedrock"),
+)
+
+
+def provider_resolver(overrides: Mapping[str, str]) -> ProviderResolver:
+    """Name the provider behind a host: user overrides, then known hosts, else the SDK's own."""
+
+    def provider_of(host: str | None, default: str) -> str:
+        if not host:
+            return default
+        host = host.lower()
+        found = overrides.get(host) or KNOWN_HOSTS.get(host)
+        if found:
+            return found
+        for suffix, name in KNOWN_SUFFIXES:
+            if host.endswith(suffix):
+                return name
+        return default
+
+    return provider_of
+
+
+def server_of(base_url: Any) -> tuple[str | None, int | None]:
+    """(server.address, server.port) of an SDK client's base URL (an httpx URL)."""
+    if base_url is None:
+        return None, None
+    host = getattr(base_url, "host", None) or None
+    port = getattr(base_url, "port", None)
+    if port is None:
+        scheme = getattr(base_url, "scheme", "https")
+        port = 443 if scheme == "https" else 80
+    return host, port
+
+
+def get(obj: Any, name: str) -> Any:
+    """Attribute of an SDK model or key of the same object as a plain dict (raw responses)."""
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def to_json(value: Any) -> str:
+    """JSON text of request or response content (SDK models are dumped as dicts)."""
+
+    def default(obj: Any) -> Any:
+        dump = getattr(obj, "model_dump", None)
+        if callable(dump):
+            return dump(mode="json", exclude_none=True)
+        return str(obj)
+
+    return json.dumps(value, default=default, ensure_ascii=False, separators=(",", ":"))
+
+
+def append_output(tl: Timeline, text: str) -> None:
+    """Accumulate streamed output text (only called when content capture is on)."""
+    if tl.capture is not None:
+        tl.capture[STREAM_TEXT_KEY] = tl.capture.get(STREAM_TEXT_KEY, "") + text
+
+
+def _stream_closed(ref: weakref.ref[Any], tl: Timeline, response: Any, now: int) -> None:
+    gen = ref()
+    if gen is not None and is_running(gen):
+        return  # the stream itself is closing its response at its end; it ends the call
+    tl.finish(sc.END_CLOSED, now)
+
+
+def own_stream(tl: Timeline, stream_obj: Any, gen: Any) -> None:
+    """Hand the call to a stream: its generator ends it, or its closing, or its collection."""
+    tl.on_close = partial(_stream_closed, weakref.ref(gen))
+    watch(stream_obj, tl)
+
+
+_warned: set[str] = set()
+
+
+def check_version(dist: str, spec: str) -> bool:
+    """Whether the installed ``dist`` is in ``spec``; warns once when it is installed but is not."""
+    try:
+        installed = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return False
+    try:
+        ok = Version(installed) in SpecifierSet(spec)
+    except (InvalidVersion, InvalidSpecifier):
+        ok = False
+    if not ok and dist not in _warned:
+        _warned.add(dist)
+        warn(f"{dist} {installed} is not supported (firsttoken supports {dist}{spec}); its calls are not measured")
+    return ok
+
+
+def stamp_start(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Wrapper for a public SDK method: the call starts when the app calls it (outermost wins)."""
+    if CALL_START.get() is not None:
+        return wrapped(*args, **kwargs)
+    token = CALL_START.set((time.perf_counter_ns(), time.time_ns()))
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        CALL_START.reset(token)
+
+
+async def stamp_start_async(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if CALL_START.get() is not None:
+        return await wrapped(*args, **kwargs)
+    token = CALL_START.set((time.perf_counter_ns(), time.time_ns()))
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        CALL_START.reset(token)

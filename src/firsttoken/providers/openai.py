@@ -1,0 +1,499 @@
+"""The official ``openai`` SDK: every chat, responses, completions and embeddings call.
+
+Two class-level patches catch every way an app can reach those APIs (``create``, ``parse``, the
+``stream()`` helpers, ``with_raw_response``, ``with_streaming_response``, sync and async):
+
+* ``SyncAPIClient.request`` / ``AsyncAPIClient.request``, the SDK's chokepoint: starts the call
+  and its span, and ends a non-streamed call when it returns or raises.
+* ``Stream.__stream__`` / ``AsyncStream.__stream__``, the generator under every SSE stream: swapped
+  for an observer (:mod:`firsttoken.streams`) that stamps the first and last token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from .. import semconv as sc
+from .._patch import Patches
+from ..config import warn
+from ..context import CALL_START, CURRENT_CALL
+from ..recorder import Recorder
+from ..streams import end_on_exception, observe_async, observe_sync, watch
+from ..timeline import Timeline
+from ..transport import call_for_response, register_response
+from . import _common as common
+
+log = logging.getLogger("firsttoken")
+
+SUPPORTED = ">=3.0,<4"
+"""The openai versions firsttoken is tested with."""
+
+_API_CHAT = "chat_completions"
+_API_RESPONSES = "responses"
+
+
+def _classify(options: Any) -> tuple[str, str | None] | None:
+    """(operation, openai.api.type) for the endpoints we measure, else None."""
+    if str(getattr(options, "method", "")).lower() != "post":
+        return None
+    path = str(getattr(options, "url", "")).split("?", 1)[0].rstrip("/")
+    if path.endswith("/chat/completions"):
+        return sc.OP_CHAT, _API_CHAT
+    if path.endswith("/responses"):
+        return sc.OP_CHAT, _API_RESPONSES
+    if path.endswith("/completions"):
+        return sc.OP_TEXT_COMPLETION, None
+    if path.endswith("/embeddings"):
+        return sc.OP_EMBEDDINGS, None
+    return None
+
+
+def _request_attributes(body: Mapping[str, Any]) -> dict[str, Any]:
+    attrs: dict[str, Any] = {}
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+        if isinstance(body.get(key), int):
+            attrs[sc.GEN_AI_REQUEST_MAX_TOKENS] = body[key]
+            break
+    for key, attr in (
+        ("temperature", sc.GEN_AI_REQUEST_TEMPERATURE),
+        ("top_p", sc.GEN_AI_REQUEST_TOP_P),
+        ("frequency_penalty", sc.GEN_AI_REQUEST_FREQUENCY_PENALTY),
+        ("presence_penalty", sc.GEN_AI_REQUEST_PRESENCE_PENALTY),
+    ):
+        value = body.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            attrs[attr] = float(value)
+    if isinstance(body.get("seed"), int):
+        attrs[sc.GEN_AI_REQUEST_SEED] = body["seed"]
+    n = body.get("n")
+    if isinstance(n, int) and n != 1:
+        attrs[sc.GEN_AI_REQUEST_CHOICE_COUNT] = n
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        attrs[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = [stop]
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        attrs[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = list(stop)
+    fmt = body.get("response_format")
+    if isinstance(fmt, Mapping):
+        kind = fmt.get("type")
+        if kind in ("json_object", "json_schema"):
+            attrs[sc.GEN_AI_OUTPUT_TYPE] = "json"
+        elif kind == "text":
+            attrs[sc.GEN_AI_OUTPUT_TYPE] = "text"
+    text = body.get("text")
+    if isinstance(text, Mapping) and isinstance(text.get("format"), Mapping):
+        kind = text["format"].get("type")
+        attrs[sc.GEN_AI_OUTPUT_TYPE] = "json" if kind in ("json_object", "json_schema") else "text"
+    tier = body.get("service_tier")
+    if isinstance(tier, str) and tier != "auto":
+        attrs[sc.OPENAI_REQUEST_SERVICE_TIER] = tier
+    fmt_enc = body.get("encoding_format")
+    if isinstance(fmt_enc, str):
+        attrs[sc.GEN_AI_REQUEST_ENCODING_FORMATS] = [fmt_enc]
+    return attrs
+
+
+def _input_content(operation: str, api_type: str | None, body: Mapping[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if api_type == _API_RESPONSES:
+        if body.get("instructions") is not None:
+            out[sc.GEN_AI_SYSTEM_INSTRUCTIONS] = common.to_json(body["instructions"])
+        if body.get("input") is not None:
+            out[sc.GEN_AI_INPUT_MESSAGES] = common.to_json(body["input"])
+    elif operation == sc.OP_CHAT and body.get("messages") is not None:
+        out[sc.GEN_AI_INPUT_MESSAGES] = common.to_json(body["messages"])
+    elif operation == sc.OP_TEXT_COMPLETION and body.get("prompt") is not None:
+        out[sc.GEN_AI_INPUT_MESSAGES] = common.to_json(body["prompt"])
+    return out
+
+
+# -- reading results (models or, for raw responses, plain dicts) -----------------------------
+
+g = common.get
+
+
+def _read_usage(tl: Timeline, usage: Any) -> None:
+    if usage is None:
+        return
+    prompt = g(usage, "prompt_tokens")
+    if prompt is None:
+        prompt = g(usage, "input_tokens")
+    completion = g(usage, "completion_tokens")
+    if completion is None:
+        completion = g(usage, "output_tokens")
+    if isinstance(prompt, int):
+        tl.input_tokens = prompt
+    if isinstance(completion, int):
+        tl.output_tokens = completion
+    details = g(usage, "prompt_tokens_details") or g(usage, "input_tokens_details")
+    cached = g(details, "cached_tokens")
+    if isinstance(cached, int):
+        tl.cache_read_tokens = cached
+    written = g(details, "cache_write_tokens")
+    if isinstance(written, int):
+        tl.cache_creation_tokens = written
+    out_details = g(usage, "completion_tokens_details") or g(usage, "output_tokens_details")
+    reasoning = g(out_details, "reasoning_tokens")
+    if isinstance(reasoning, int):
+        tl.reasoning_tokens = reasoning
+
+
+def _read_identity(tl: Timeline, obj: Any) -> None:
+    rid = g(obj, "id")
+    if isinstance(rid, str) and rid:
+        tl.response_id = rid
+    model = g(obj, "model")
+    if isinstance(model, str) and model:
+        tl.response_model = model
+    tier = g(obj, "service_tier")
+    if isinstance(tier, str):
+        tl.extra[sc.OPENAI_RESPONSE_SERVICE_TIER] = tier
+    fingerprint = g(obj, "system_fingerprint")
+    if isinstance(fingerprint, str):
+        tl.extra[sc.OPENAI_RESPONSE_SYSTEM_FINGERPRINT] = fingerprint
+
+
+def _responses_finish_reason(response: Any) -> str | None:
+    status = g(response, "status")
+    if status == "completed":
+        for item in g(response, "output") or ():
+            if g(item, "type") == "function_call":
+                return "tool_calls"
+        return "stop"
+    if status == "incomplete":
+        reason = g(g(response, "incomplete_details"), "reason")
+        return "length" if reason == "max_output_tokens" else str(reason or "incomplete")
+    if status in ("failed", "cancelled"):
+        return "error" if status == "failed" else "cancelled"
+    return None
+
+
+def read_result(tl: Timeline, result: Any) -> None:
+    """Facts from a whole (non-streamed) result of any of the four APIs."""
+    _read_identity(tl, result)
+    _read_usage(tl, g(result, "usage"))
+    if tl.api_type == _API_RESPONSES:
+        reason = _responses_finish_reason(result)
+        if reason:
+            tl.finish_reasons[0] = reason
+        if tl.capture is not None and g(result, "output") is not None:
+            tl.capture[sc.GEN_AI_OUTPUT_MESSAGES] = common.to_json(g(result, "output"))
+        return
+    if tl.operation == sc.OP_EMBEDDINGS:
+        data = g(result, "data") or ()
+        first = g(data[0], "embedding") if data else None
+        if isinstance(first, list):
+            tl.embedding_dimensions = len(first)
+        return
+    choices = g(result, "choices") or ()
+    for position, choice in enumerate(choices):
+        reason = g(choice, "finish_reason")
+        index = g(choice, "index")
+        if reason is not None:
+            tl.finish_reasons[index if isinstance(index, int) else position] = str(reason)
+    if tl.capture is not None and choices:
+        outputs = [g(c, "message") if tl.operation == sc.OP_CHAT else g(c, "text") for c in choices]
+        tl.capture[sc.GEN_AI_OUTPUT_MESSAGES] = common.to_json(outputs)
+
+
+# -- streamed items --------------------------------------------------------------------------
+
+
+def _token(tl: Timeline, now: int) -> None:
+    if tl.first_token_ns is None:
+        tl.first_token_ns = now
+    tl.last_token_ns = now
+    tl.token_chunk_count += 1
+
+
+def _delta_has_output(delta: Any) -> bool:
+    if delta.content or delta.tool_calls or delta.refusal or delta.function_call or delta.audio:
+        return True
+    extra = delta.model_extra
+    return bool(extra and (extra.get("reasoning_content") or extra.get("reasoning")))
+
+
+def observe_chat_chunk(tl: Timeline, chunk: Any, now: int) -> None:
+    choices = chunk.choices
+    if choices:
+        produced = False
+        for choice in choices:
+            delta = choice.delta
+            if not produced and delta is not None and _delta_has_output(delta):
+                produced = True
+                if tl.capture is not None and delta.content:
+                    common.append_output(tl, delta.content)
+            if choice.finish_reason is not None:
+                tl.finish_reasons[choice.index] = choice.finish_reason
+        if produced:
+            _token(tl, now)
+    usage = chunk.usage
+    if usage is not None:
+        _read_usage(tl, usage)
+    if tl.response_id is None:
+        _read_identity(tl, chunk)
+
+
+def observe_completion_chunk(tl: Timeline, chunk: Any, now: int) -> None:
+    choices = chunk.choices
+    if choices:
+        produced = False
+        for choice in choices:
+            if choice.text:
+                if not produced and tl.capture is not None:
+                    common.append_output(tl, choice.text)
+                produced = True
+            if choice.finish_reason is not None:
+                tl.finish_reasons[choice.index] = choice.finish_reason
+        if produced:
+            _token(tl, now)
+    usage = chunk.usage
+    if usage is not None:
+        _read_usage(tl, usage)
+    if tl.response_id is None:
+        _read_identity(tl, chunk)
+
+
+_RESPONSE_OUTPUT_EVENTS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+        "response.code_interpreter_call_code.delta",
+        "response.mcp_call_arguments.delta",
+        "response.audio.delta",
+        "response.audio.transcript.delta",
+    }
+)
+_RESPONSE_LIFECYCLE_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
+_RESPONSE_TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
+    kind = event.type
+    if kind in _RESPONSE_OUTPUT_EVENTS:
+        _token(tl, now)
+        if tl.capture is not None and kind == "response.output_text.delta":
+            common.append_output(tl, event.delta)
+    elif kind in _RESPONSE_TERMINAL_EVENTS:
+        response = event.response
+        _read_identity(tl, response)
+        _read_usage(tl, response.usage)
+        reason = _responses_finish_reason(response)
+        if reason:
+            tl.finish_reasons[0] = reason
+    elif kind in _RESPONSE_LIFECYCLE_EVENTS and tl.response_id is None:
+        _read_identity(tl, event.response)
+
+
+def _observer(tl: Timeline) -> Any:
+    if tl.api_type == _API_RESPONSES:
+        return observe_response_event
+    if tl.operation == sc.OP_TEXT_COMPLETION:
+        return observe_completion_chunk
+    return observe_chat_chunk
+
+
+# -- the patches ------------------------------------------------------------------------------
+
+
+class _Hooks:
+    def __init__(self, recorder: Recorder, provider_of: common.ProviderResolver) -> None:
+        self.recorder = recorder
+        self.provider_of = provider_of
+
+    # call start ---------------------------------------------------------------------------
+
+    def start(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Timeline | None:
+        try:
+            options = args[1] if len(args) > 1 else kwargs.get("options")
+            kind = _classify(options)
+            if kind is None:
+                return None
+            operation, api_type = kind
+            body = getattr(options, "json_data", None)
+            body = body if isinstance(body, Mapping) else {}
+            stream = bool(kwargs.get("stream", False) or body.get("stream") is True)
+            host, port = common.server_of(getattr(instance, "base_url", None))
+            model = body.get("model")
+            tl = Timeline(
+                provider=self.provider_of(host, "openai"),
+                operation=operation,
+                request_model=model if isinstance(model, str) else None,
+                server_address=host,
+                server_port=port,
+                stream=stream,
+                on_finish=self.recorder.finish,
+                start=CALL_START.get(),
+            )
+            tl.api_type = api_type
+            tl.request = _request_attributes(body)
+            if self.recorder.settings.chunk_metrics and stream:
+                tl.chunk_gaps = []
+            if self.recorder.settings.capture_content:
+                tl.capture = _input_content(operation, api_type, body)
+            self.recorder.start(tl)
+            return tl
+        except Exception:
+            log.debug("firsttoken: could not start an openai call", exc_info=True)
+            return None
+
+    # call end ----------------------------------------------------------------------------
+
+    def returned(self, tl: Timeline, result: Any) -> None:
+        try:
+            if tl.on_close is not None or tl.ended:
+                return  # a stream took the call over while the request ran
+            http = getattr(result, "http_response", None)
+            if http is not None:  # with_raw_response / with_streaming_response
+                register_response(http, tl)
+                if not http.is_closed:
+                    tl.on_close = _raw_closed
+                    watch(http, tl)
+                    return
+                if not tl.stream:
+                    read_result(tl, http.json())
+            else:
+                read_result(tl, result)
+            tl.finish(sc.END_COMPLETED)
+        except Exception:
+            log.debug("firsttoken: reading an openai result failed", exc_info=True)
+            tl.finish(sc.END_COMPLETED)
+
+    def raised(self, tl: Timeline, exc: BaseException) -> None:
+        try:
+            status = getattr(exc, "status_code", None)
+            if isinstance(status, int):
+                tl.status_code = status
+            request_id = getattr(exc, "request_id", None)
+            if isinstance(request_id, str):
+                tl.request_id = request_id
+        finally:
+            end_on_exception(tl, exc)
+
+    def request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        tl = self.start(instance, args, kwargs)
+        if tl is None:
+            return wrapped(*args, **kwargs)
+        call_token = CURRENT_CALL.set(tl)
+        ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self.raised(tl, exc)
+            raise
+        finally:
+            otel_context.detach(ctx_token)
+            CURRENT_CALL.reset(call_token)
+        self.returned(tl, result)
+        return result
+
+    async def request_async(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        tl = self.start(instance, args, kwargs)
+        if tl is None:
+            return await wrapped(*args, **kwargs)
+        call_token = CURRENT_CALL.set(tl)
+        ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self.raised(tl, exc)
+            raise
+        finally:
+            otel_context.detach(ctx_token)
+            CURRENT_CALL.reset(call_token)
+        self.returned(tl, result)
+        return result
+
+    # streams -----------------------------------------------------------------------------
+
+    def _stream_call(self, instance: Any) -> Timeline | None:
+        tl = CURRENT_CALL.get()
+        if tl is None:
+            tl = call_for_response(getattr(instance, "response", None))
+        if tl is None or tl.ended:
+            return None
+        return tl
+
+    def stream(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        items = wrapped(*args, **kwargs)
+        try:
+            tl = self._stream_call(instance)
+            if tl is None:
+                return items
+            gen = observe_sync(items, tl, _observer(tl))
+            common.own_stream(tl, instance, gen)
+            return gen
+        except Exception:
+            log.debug("firsttoken: could not observe an openai stream", exc_info=True)
+            return items
+
+    def stream_async(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        items = wrapped(*args, **kwargs)
+        try:
+            tl = self._stream_call(instance)
+            if tl is None:
+                return items
+            gen = observe_async(items, tl, _observer(tl))
+            common.own_stream(tl, instance, gen)
+            return gen
+        except Exception:
+            log.debug("firsttoken: could not observe an openai stream", exc_info=True)
+            return items
+
+
+def _raw_closed(tl: Timeline, response: Any, now: int) -> None:
+    """A raw response the app read (or dropped) by itself has been closed."""
+    if not tl.stream:
+        content = getattr(response, "_content", None)
+        if content:
+            with contextlib.suppress(ValueError):
+                read_result(tl, json.loads(content))
+    tl.finish(sc.END_COMPLETED, now)
+
+
+_PUBLIC_METHODS = (
+    ("openai.resources.chat.completions.completions", "Completions.create"),
+    ("openai.resources.chat.completions.completions", "Completions.parse"),
+    ("openai.resources.chat.completions.completions", "AsyncCompletions.create"),
+    ("openai.resources.chat.completions.completions", "AsyncCompletions.parse"),
+    ("openai.resources.responses.responses", "Responses.create"),
+    ("openai.resources.responses.responses", "Responses.parse"),
+    ("openai.resources.responses.responses", "AsyncResponses.create"),
+    ("openai.resources.responses.responses", "AsyncResponses.parse"),
+    ("openai.resources.completions", "Completions.create"),
+    ("openai.resources.completions", "AsyncCompletions.create"),
+    ("openai.resources.embeddings", "Embeddings.create"),
+    ("openai.resources.embeddings", "AsyncEmbeddings.create"),
+)
+"""Public methods whose call marks the start of an LLM call (the SDK's own work counts)."""
+
+
+def patch(patches: Patches, recorder: Recorder, provider_of: common.ProviderResolver) -> bool:
+    """Install the openai hooks; False (with a warning) when the installed SDK is unsupported."""
+    if not common.check_version("openai", SUPPORTED):
+        return False
+    hooks = _Hooks(recorder, provider_of)
+    ok = patches.wrap("openai._base_client", "SyncAPIClient.request", hooks.request)
+    ok = patches.wrap("openai._base_client", "AsyncAPIClient.request", hooks.request_async) and ok
+    ok = patches.wrap("openai._streaming", "Stream.__stream__", hooks.stream) and ok
+    ok = patches.wrap("openai._streaming", "AsyncStream.__stream__", hooks.stream_async) and ok
+    for module, path in _PUBLIC_METHODS:
+        # Best effort: without them a call starts when the SDK sends, a little later.
+        patches.wrap(module, path, common.stamp_start_async if path.startswith("Async") else common.stamp_start)
+    if not ok:
+        warn(
+            "the installed openai SDK does not have the internals firsttoken hooks "
+            "(_base_client.SyncAPIClient.request, _streaming.Stream.__stream__); openai calls are not measured"
+        )
+    return ok

@@ -1,0 +1,290 @@
+"""Timeline -> OpenTelemetry: the call span's attributes, its phase spans, and every metric.
+
+The Recorder is the only code that touches the OpenTelemetry span and metric APIs (the hooks only
+ask it to start a call span, so that HTTP work nests under it). It runs once per call, when the
+call ends, and records every metric in the call span's context so that the SDK attaches exemplars
+linking a histogram bucket to the trace that filled it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from opentelemetry import trace
+from opentelemetry.metrics import Meter
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.util.types import AttributeValue
+
+from . import semconv as sc
+from .config import Settings
+from .timeline import STREAM_TEXT_KEY, Timeline
+
+log = logging.getLogger("firsttoken")
+
+# A call is cut into leaf phases at these marks, in this order; a phase is named for the mark
+# that ends it. Marks a call does not have are skipped, so the phases always tile the call.
+_PHASE_MARKS: tuple[tuple[str, str], ...] = (
+    ("headers_ns", sc.PHASE_REQUEST),
+    ("first_token_ns", sc.PHASE_WAIT_FIRST_TOKEN),
+    ("last_token_ns", sc.PHASE_DECODE),
+)
+
+
+class Recorder:
+    """Owns the tracer and the instruments; turns finished Timelines into telemetry."""
+
+    def __init__(self, tracer: Tracer, meter: Meter, settings: Settings) -> None:
+        self.tracer = tracer
+        self.settings = settings
+        self._duration = meter.create_histogram(
+            sc.M_OPERATION_DURATION,
+            unit=sc.UNIT_SECONDS,
+            description="GenAI operation duration: SDK call to last byte or end of stream.",
+            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
+        )
+        self._ttfc = meter.create_histogram(
+            sc.M_TIME_TO_FIRST_CHUNK,
+            unit=sc.UNIT_SECONDS,
+            description="Time from the SDK call to the first streamed chunk.",
+            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
+        )
+        self._ttft = meter.create_histogram(
+            sc.M_TIME_TO_FIRST_TOKEN,
+            unit=sc.UNIT_SECONDS,
+            description="Time from the SDK call to the first streamed chunk carrying generated output.",
+            explicit_bucket_boundaries_advisory=sc.TTFT_BUCKETS,
+        )
+        self._tpot = meter.create_histogram(
+            sc.M_TIME_PER_OUTPUT_TOKEN,
+            unit=sc.UNIT_SECONDS,
+            description="Decode time per output token after the first.",
+            explicit_bucket_boundaries_advisory=sc.TPOT_BUCKETS,
+        )
+        self._token_usage = meter.create_histogram(
+            sc.M_TOKEN_USAGE,
+            unit=sc.UNIT_TOKENS,
+            description="Input and output tokens per call.",
+            explicit_bucket_boundaries_advisory=sc.TOKEN_BUCKETS,
+        )
+        self._chunk_gap = (
+            meter.create_histogram(
+                sc.M_TIME_PER_OUTPUT_CHUNK,
+                unit=sc.UNIT_SECONDS,
+                description="Time between consecutive streamed chunks (opt-in).",
+                explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
+            )
+            if settings.chunk_metrics
+            else None
+        )
+        self._input_tokens = meter.create_counter(
+            sc.M_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens, cached ones included."
+        )
+        self._cache_read = meter.create_counter(
+            sc.M_CACHE_READ_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens read from cache."
+        )
+        self._cache_creation = meter.create_counter(
+            sc.M_CACHE_CREATION_INPUT_TOKENS,
+            unit=sc.UNIT_TOKENS,
+            description="Input tokens written to the provider's prompt cache.",
+        )
+        self._output_tokens = meter.create_counter(
+            sc.M_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Output tokens, reasoning included."
+        )
+        self._reasoning_tokens = meter.create_counter(
+            sc.M_REASONING_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Reasoning output tokens."
+        )
+
+    # -- start -----------------------------------------------------------------------------
+
+    def start(self, tl: Timeline) -> Span:
+        """Start the call span with the attributes a head sampler needs."""
+        attrs: dict[str, AttributeValue] = {
+            sc.GEN_AI_OPERATION_NAME: tl.operation,
+            sc.GEN_AI_PROVIDER_NAME: tl.provider,
+        }
+        if tl.request_model:
+            attrs[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
+        if tl.server_address:
+            attrs[sc.SERVER_ADDRESS] = tl.server_address
+            if tl.server_port is not None:
+                attrs[sc.SERVER_PORT] = tl.server_port
+        name = f"{tl.operation} {tl.request_model}" if tl.request_model else tl.operation
+        span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs, start_time=tl.start_wall_ns)
+        tl.span = span
+        return span
+
+    # -- end -------------------------------------------------------------------------------
+
+    def finish(self, tl: Timeline) -> None:
+        """Record everything about a finished call. Never raises."""
+        span: Span | None = tl.span
+        if span is None:
+            return
+        try:
+            self._annotate(span, tl)
+            if self.settings.phase_spans and span.is_recording():
+                self._phase_spans(span, tl)
+            self._metrics(span, tl)
+        except Exception:  # never let telemetry break the app
+            log.debug("firsttoken: recording a call failed", exc_info=True)
+        finally:
+            end_ns = tl.end_ns if tl.end_ns is not None else tl.last_observed_ns()
+            span.end(end_time=tl.wall_ns(end_ns))
+
+    def _annotate(self, span: Span, tl: Timeline) -> None:
+        if not span.is_recording():
+            return
+        attrs: dict[str, AttributeValue] = dict(tl.request)
+        if tl.stream:
+            attrs[sc.GEN_AI_REQUEST_STREAM] = True
+        if tl.api_type:
+            attrs[sc.OPENAI_API_TYPE] = tl.api_type
+        if tl.conversation_id:
+            attrs[sc.GEN_AI_CONVERSATION_ID] = tl.conversation_id
+        if tl.response_id:
+            attrs[sc.GEN_AI_RESPONSE_ID] = tl.response_id
+        if tl.response_model:
+            attrs[sc.GEN_AI_RESPONSE_MODEL] = tl.response_model
+        if tl.finish_reasons:
+            attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [tl.finish_reasons[i] for i in sorted(tl.finish_reasons)]
+        for key, value in (
+            (sc.GEN_AI_USAGE_INPUT_TOKENS, tl.input_tokens),
+            (sc.GEN_AI_USAGE_OUTPUT_TOKENS, tl.output_tokens),
+            (sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, tl.cache_read_tokens),
+            (sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, tl.cache_creation_tokens),
+            (sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, tl.reasoning_tokens),
+            (sc.GEN_AI_EMBEDDINGS_DIMENSION_COUNT, tl.embedding_dimensions),
+            (sc.HTTP_RESPONSE_STATUS_CODE, tl.status_code),
+        ):
+            if value is not None:
+                attrs[key] = value
+        if tl.stream:
+            attrs[sc.FT_CHUNK_COUNT] = tl.chunk_count
+            ttfc = tl.time_to_first_chunk_s
+            if ttfc is not None:
+                attrs[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
+            ttft = tl.time_to_first_token_s
+            if ttft is not None:
+                attrs[sc.FT_TIME_TO_FIRST_TOKEN] = ttft
+            tpot = tl.time_per_output_token_s
+            counted = tl.decode_tokens()
+            if tpot is not None and counted is not None:
+                attrs[sc.FT_TIME_PER_OUTPUT_TOKEN] = tpot
+                attrs[sc.FT_DECODE_TOKEN_SOURCE] = counted[1]
+                if tpot > 0:
+                    attrs[sc.FT_OUTPUT_TOKENS_PER_SECOND] = 1.0 / tpot
+        if tl.headers_ns is not None:
+            attrs[sc.FT_TIME_TO_RESPONSE_HEADERS] = (tl.headers_ns - tl.start_ns) / 1e9
+        if tl.request_id:
+            attrs[sc.FT_REQUEST_ID] = tl.request_id
+        if tl.attempts:
+            attrs[sc.FT_ATTEMPTS] = tl.attempts
+            if tl.attempts > 1:
+                attrs[sc.HTTP_REQUEST_RESEND_COUNT] = tl.attempts - 1
+        if tl.end_reason:
+            attrs[sc.FT_END_REASON] = tl.end_reason
+        attrs.update(tl.extra)
+        if tl.capture:
+            attrs.update(self._content(tl.capture))
+        if tl.error_type:
+            attrs[sc.ERROR_TYPE] = tl.error_type
+            span.set_status(Status(StatusCode.ERROR, tl.error_type))
+        span.set_attributes(attrs)
+
+    def _content(self, capture: dict[str, str]) -> dict[str, AttributeValue]:
+        out: dict[str, AttributeValue] = {}
+        limit = self.settings.content_max_length
+        redact = self.settings.redact
+        capture = dict(capture)
+        streamed = capture.pop(STREAM_TEXT_KEY, None)
+        if streamed is not None and sc.GEN_AI_OUTPUT_MESSAGES not in capture:
+            capture[sc.GEN_AI_OUTPUT_MESSAGES] = json.dumps(
+                [{"role": "assistant", "content": streamed}], ensure_ascii=False
+            )
+        for key, text in capture.items():
+            value: str | None = text
+            if redact is not None:
+                try:
+                    value = redact(key, text)
+                except Exception:
+                    log.debug("firsttoken: the redact hook raised; dropping %s", key, exc_info=True)
+                    value = None
+            if value is None:
+                continue
+            if len(value) > limit:
+                value = value[: limit - 14] + "...[truncated]"
+            out[key] = value
+        return out
+
+    def _phase_spans(self, span: Span, tl: Timeline) -> None:
+        end_ns = tl.end_ns if tl.end_ns is not None else tl.last_observed_ns()
+        parent = trace.set_span_in_context(span)
+        at = tl.start_ns
+        cuts: list[tuple[int, str]] = []
+        for mark, phase in _PHASE_MARKS:
+            value = getattr(tl, mark)
+            if value is not None and at <= value <= end_ns:
+                cuts.append((value, phase))
+                at = value
+        cuts.append((end_ns, sc.PHASE_FINISH))
+        at = tl.start_ns
+        for cut, phase in cuts:
+            child = self.tracer.start_span(
+                sc.PHASE_SPAN_PREFIX + phase,
+                context=parent,
+                kind=SpanKind.INTERNAL,
+                attributes={sc.FT_PHASE: phase},
+                start_time=tl.wall_ns(at),
+            )
+            child.end(end_time=tl.wall_ns(cut))
+            at = cut
+
+    def _metrics(self, span: Span, tl: Timeline) -> None:
+        ctx = trace.set_span_in_context(span)
+        attrs: dict[str, AttributeValue] = {
+            sc.GEN_AI_OPERATION_NAME: tl.operation,
+            sc.GEN_AI_PROVIDER_NAME: tl.provider,
+            sc.GEN_AI_REQUEST_STREAM: tl.stream,
+        }
+        if tl.request_model:
+            attrs[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
+        if tl.response_model:
+            attrs[sc.GEN_AI_RESPONSE_MODEL] = tl.response_model
+        if tl.server_address:
+            attrs[sc.SERVER_ADDRESS] = tl.server_address
+            if tl.server_port is not None:
+                attrs[sc.SERVER_PORT] = tl.server_port
+        if tl.error_type:
+            attrs[sc.ERROR_TYPE] = tl.error_type
+
+        duration = tl.duration_s
+        if duration is not None:
+            self._duration.record(duration, attrs, context=ctx)
+        if tl.stream:
+            ttfc = tl.time_to_first_chunk_s
+            if ttfc is not None:
+                self._ttfc.record(ttfc, attrs, context=ctx)
+            ttft = tl.time_to_first_token_s
+            if ttft is not None:
+                self._ttft.record(ttft, attrs, context=ctx)
+            tpot = tl.time_per_output_token_s
+            if tpot is not None:
+                self._tpot.record(tpot, attrs, context=ctx)
+            if self._chunk_gap is not None and tl.chunk_gaps:
+                for gap in tl.chunk_gaps:
+                    self._chunk_gap.record(gap / 1e9, attrs, context=ctx)
+        if tl.input_tokens is not None:
+            self._token_usage.record(tl.input_tokens, {**attrs, sc.GEN_AI_TOKEN_TYPE: sc.TOKEN_TYPE_INPUT}, context=ctx)
+            self._input_tokens.add(tl.input_tokens, attrs, context=ctx)
+            # Zero is recorded too, so that the cache-hit ratio has a denominator and a numerator
+            # for every model that reported usage.
+            self._cache_read.add(tl.cache_read_tokens or 0, attrs, context=ctx)
+            self._cache_creation.add(tl.cache_creation_tokens or 0, attrs, context=ctx)
+        if tl.output_tokens is not None:
+            self._token_usage.record(
+                tl.output_tokens, {**attrs, sc.GEN_AI_TOKEN_TYPE: sc.TOKEN_TYPE_OUTPUT}, context=ctx
+            )
+            self._output_tokens.add(tl.output_tokens, attrs, context=ctx)
+            if tl.reasoning_tokens:
+                self._reasoning_tokens.add(tl.reasoning_tokens, attrs, context=ctx)

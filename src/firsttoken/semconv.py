@@ -1,0 +1,164 @@
+"""Every span name, attribute key, metric name, unit and bucket list firsttoken emits.
+
+This is the only module that spells them. The GenAI names follow the OpenTelemetry semantic
+conventions as last published (v1.41, see docs/semantics.md); what the conventions lack lives
+under ``firsttoken.*``. A client-side measurement is never recorded under a ``gen_ai.server.*`` name.
+
+Prometheus names (what the Collector's Prometheus exporters and Prometheus' own OTLP receiver
+produce with the default ``UnderscoreEscapingWithSuffixes`` translation) are given next to each
+metric in docs/metrics.md; dashboards and alert rules use only those.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --------------------------------------------------------------------------------------------
+# Instrumentation scope
+# --------------------------------------------------------------------------------------------
+SCOPE_NAME: Final = "firsttoken"
+SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.41.0"
+
+# --------------------------------------------------------------------------------------------
+# GenAI operation names (gen_ai.operation.name values)
+# --------------------------------------------------------------------------------------------
+OP_CHAT: Final = "chat"
+OP_TEXT_COMPLETION: Final = "text_completion"
+OP_EMBEDDINGS: Final = "embeddings"
+
+# --------------------------------------------------------------------------------------------
+# Standard attributes (GenAI v1.41, server, error, HTTP)
+# --------------------------------------------------------------------------------------------
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_REQUEST_STREAM: Final = "gen_ai.request.stream"
+GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
+GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
+GEN_AI_REQUEST_TOP_K: Final = "gen_ai.request.top_k"
+GEN_AI_REQUEST_FREQUENCY_PENALTY: Final = "gen_ai.request.frequency_penalty"
+GEN_AI_REQUEST_PRESENCE_PENALTY: Final = "gen_ai.request.presence_penalty"
+GEN_AI_REQUEST_STOP_SEQUENCES: Final = "gen_ai.request.stop_sequences"
+GEN_AI_REQUEST_SEED: Final = "gen_ai.request.seed"
+GEN_AI_REQUEST_CHOICE_COUNT: Final = "gen_ai.request.choice.count"
+GEN_AI_REQUEST_ENCODING_FORMATS: Final = "gen_ai.request.encoding_formats"
+GEN_AI_OUTPUT_TYPE: Final = "gen_ai.output.type"
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
+GEN_AI_EMBEDDINGS_DIMENSION_COUNT: Final = "gen_ai.embeddings.dimension.count"
+GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+
+TOKEN_TYPE_INPUT: Final = "input"
+TOKEN_TYPE_OUTPUT: Final = "output"
+
+OPENAI_API_TYPE: Final = "openai.api.type"
+OPENAI_REQUEST_SERVICE_TIER: Final = "openai.request.service_tier"
+OPENAI_RESPONSE_SERVICE_TIER: Final = "openai.response.service_tier"
+OPENAI_RESPONSE_SYSTEM_FINGERPRINT: Final = "openai.response.system_fingerprint"
+
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
+ERROR_TYPE: Final = "error.type"
+ERROR_TYPE_OTHER: Final = "_OTHER"
+HTTP_RESPONSE_STATUS_CODE: Final = "http.response.status_code"
+HTTP_REQUEST_RESEND_COUNT: Final = "http.request.resend_count"
+
+# --------------------------------------------------------------------------------------------
+# firsttoken attributes (what the conventions lack)
+# --------------------------------------------------------------------------------------------
+FT_TIME_TO_FIRST_TOKEN: Final = "firsttoken.time_to_first_token"
+"""Seconds from the SDK call to the first chunk carrying generated output."""
+FT_TIME_PER_OUTPUT_TOKEN: Final = "firsttoken.time_per_output_token"
+"""Seconds per output token after the first: (last token - first token) / (output tokens - 1)."""
+FT_OUTPUT_TOKENS_PER_SECOND: Final = "firsttoken.output_tokens_per_second"
+"""Decode speed, the inverse of time per output token."""
+FT_DECODE_TOKEN_SOURCE: Final = "firsttoken.decode.token_source"
+"""Where the token count behind time per output token came from: ``usage`` or ``chunks``."""
+FT_TIME_TO_RESPONSE_HEADERS: Final = "firsttoken.time_to_response_headers"
+FT_CHUNK_COUNT: Final = "firsttoken.stream.chunk_count"
+FT_END_REASON: Final = "firsttoken.end_reason"
+"""How the call ended: completed, closed (by the app, early), error, cancelled, abandoned."""
+FT_REQUEST_ID: Final = "firsttoken.response.request_id"
+FT_SERVER_PROCESSING_TIME: Final = "firsttoken.server.processing_time"
+"""Provider-reported processing time in seconds (OpenAI ``openai-processing-ms``)."""
+FT_RATELIMIT_REMAINING_REQUESTS: Final = "firsttoken.ratelimit.remaining_requests"
+FT_RATELIMIT_REMAINING_TOKENS: Final = "firsttoken.ratelimit.remaining_tokens"
+FT_RATELIMIT_RESET_REQUESTS: Final = "firsttoken.ratelimit.reset_requests"
+FT_RATELIMIT_RESET_TOKENS: Final = "firsttoken.ratelimit.reset_tokens"
+FT_RETRY_AFTER: Final = "firsttoken.retry_after"
+FT_ATTEMPTS: Final = "firsttoken.attempts"
+FT_PHASE: Final = "firsttoken.phase"
+
+END_COMPLETED: Final = "completed"
+END_CLOSED: Final = "closed"
+END_ERROR: Final = "error"
+END_CANCELLED: Final = "cancelled"
+END_ABANDONED: Final = "abandoned"
+
+TOKEN_SOURCE_USAGE: Final = "usage"
+TOKEN_SOURCE_CHUNKS: Final = "chunks"
+
+# --------------------------------------------------------------------------------------------
+# Child phase spans of a call: (name of the mark that ends the phase, phase name)
+# --------------------------------------------------------------------------------------------
+PHASE_SPAN_PREFIX: Final = "firsttoken "
+PHASE_REQUEST: Final = "request"
+"""Call start -> response headers: request build, connection, upload and server wait."""
+PHASE_WAIT_FIRST_TOKEN: Final = "wait_first_token"
+"""Response headers -> first output token (queue and prefill the server did after headers)."""
+PHASE_DECODE: Final = "decode"
+"""First output token -> last output token."""
+PHASE_FINISH: Final = "finish"
+"""Last output token -> end of the call (trailing usage chunk, stream close)."""
+
+# --------------------------------------------------------------------------------------------
+# Metrics
+# --------------------------------------------------------------------------------------------
+UNIT_SECONDS: Final = "s"
+UNIT_TOKENS: Final = "{token}"
+
+M_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
+M_TIME_TO_FIRST_CHUNK: Final = "gen_ai.client.operation.time_to_first_chunk"
+M_TIME_PER_OUTPUT_CHUNK: Final = "gen_ai.client.operation.time_per_output_chunk"
+M_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+M_TIME_TO_FIRST_TOKEN: Final = "firsttoken.client.time_to_first_token"
+M_TIME_PER_OUTPUT_TOKEN: Final = "firsttoken.client.time_per_output_token"
+M_INPUT_TOKENS: Final = "firsttoken.client.input_tokens"
+"""Counter of input tokens (cached included), so cache hit ratio = cache_read / input."""
+M_CACHE_READ_INPUT_TOKENS: Final = "firsttoken.client.cache_read.input_tokens"
+M_CACHE_CREATION_INPUT_TOKENS: Final = "firsttoken.client.cache_creation.input_tokens"
+M_OUTPUT_TOKENS: Final = "firsttoken.client.output_tokens"
+M_REASONING_OUTPUT_TOKENS: Final = "firsttoken.client.reasoning.output_tokens"
+
+# Advisory bucket boundaries.
+DURATION_BUCKETS: Final = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+"""The conventions' advice for gen_ai.client.operation.duration and the chunk metrics."""
+TTFT_BUCKETS: Final = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75,
+    1.0, 1.5, 2.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+)  # fmt: skip
+"""The conventions' server TTFT buckets, finer between 0.1 and 2.5 s where client TTFT lives,
+and extended to 40 s for long queues and reasoning models."""
+TPOT_BUCKETS: Final = (
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
+    0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+)  # fmt: skip
+"""The conventions' server TPOT buckets with a finer low end: fast models decode in 2-20 ms."""
+TOKEN_BUCKETS: Final = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip
+"""The conventions' advice for gen_ai.client.token.usage."""

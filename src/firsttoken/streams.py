@@ -1,0 +1,171 @@
+"""Stream observers: first and last token, and a call that ends exactly once however the app stops.
+
+The provider hooks replace an SDK stream's item generator with :func:`observe_sync` or
+:func:`observe_async`. The SDK's ``Stream`` object, its type, helpers and exceptions stay exactly
+what the app would get without firsttoken; only the generator under it is ours.
+
+How a streamed call ends:
+
+* the generator runs out: ``completed``, at that moment;
+* it raises: ``error`` (status ERROR, ``error.type``), or ``cancelled`` for asyncio cancellation
+  and KeyboardInterrupt, which are not errors;
+* the app closes the stream, or leaves its ``with`` block, before the end: the response is closed
+  while our generator is suspended, and the transport hook ends the call as ``closed``;
+* the app drops the stream: a finalizer ends it as ``abandoned`` at the last moment anything was
+  seen of the call, not at the moment of garbage collection.
+
+Finalizers run inside the garbage collector, where taking a lock the interrupted thread already
+holds (the SDK's span processor has some) would deadlock. So they only queue the call; a worker
+thread records it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import queue
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
+
+from . import semconv as sc
+from .timeline import Timeline
+
+log = logging.getLogger("firsttoken")
+
+T = TypeVar("T")
+Observer = Callable[[Timeline, Any, int], None]
+"""``observe(timeline, item, now_ns)``: provider-specific reading of one streamed item."""
+
+_CANCELLED: tuple[type[BaseException], ...] = (asyncio.CancelledError, KeyboardInterrupt)
+
+
+def error_type_of(exc: BaseException) -> str:
+    """A low-cardinality ``error.type``: the exception's class name."""
+    return type(exc).__qualname__
+
+
+def end_on_exception(tl: Timeline, exc: BaseException, end_ns: int | None = None) -> None:
+    if isinstance(exc, _CANCELLED):
+        tl.finish(sc.END_CANCELLED, end_ns)
+    else:
+        tl.finish(sc.END_ERROR, end_ns, error_type_of(exc))
+
+
+def _on_chunk(tl: Timeline, now: int) -> None:
+    if tl.first_chunk_ns is None:
+        tl.first_chunk_ns = now
+    elif tl.chunk_gaps is not None and tl.last_chunk_ns is not None:
+        tl.chunk_gaps.append(now - tl.last_chunk_ns)
+    tl.last_chunk_ns = now
+    tl.chunk_count += 1
+
+
+def _observe_item(tl: Timeline, observe: Observer, item: Any, now: int) -> None:
+    try:
+        observe(tl, item, now)
+    except Exception:
+        log.debug("firsttoken: reading a streamed item failed", exc_info=True)
+
+
+def observe_sync(items: Iterator[T], tl: Timeline, observe: Observer) -> Iterator[T]:
+    """Yield exactly what ``items`` yields, timing each item and ending the call once."""
+    clock = time.perf_counter_ns
+    try:
+        for item in items:
+            now = clock()
+            _on_chunk(tl, now)
+            _observe_item(tl, observe, item, now)
+            yield item
+    except GeneratorExit:
+        # Only the garbage collector (or a close of this private generator) gets here.
+        abandon(tl)
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
+        raise
+    except BaseException as exc:
+        end_on_exception(tl, exc)
+        raise
+    tl.finish(sc.END_COMPLETED)
+
+
+async def observe_async(items: AsyncIterator[T], tl: Timeline, observe: Observer) -> AsyncIterator[T]:
+    """The async twin of :func:`observe_sync`."""
+    clock = time.perf_counter_ns
+    try:
+        async for item in items:
+            now = clock()
+            _on_chunk(tl, now)
+            _observe_item(tl, observe, item, now)
+            yield item
+    except GeneratorExit:
+        abandon(tl)
+        aclose = getattr(items, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        raise
+    except BaseException as exc:
+        end_on_exception(tl, exc)
+        raise
+    tl.finish(sc.END_COMPLETED)
+
+
+def is_running(gen: Any) -> bool:
+    """Whether a (sync or async) generator is executing right now, e.g. inside its ``finally``."""
+    return bool(getattr(gen, "gi_running", False) or getattr(gen, "ag_running", False))
+
+
+# -- abandonment ------------------------------------------------------------------------------
+
+_abandoned: queue.SimpleQueue[Timeline] = queue.SimpleQueue()
+_worker: threading.Thread | None = None
+_worker_lock = threading.Lock()
+
+
+def abandon(tl: Timeline) -> None:
+    """Queue a call whose stream was dropped; safe inside a finalizer or the garbage collector."""
+    if not tl.ended:
+        _abandoned.put(tl)
+
+
+def watch(obj: object, tl: Timeline) -> None:
+    """End ``tl`` as abandoned when ``obj`` is collected before the call ended."""
+    weakref.finalize(obj, abandon, tl)
+
+
+def _finish_abandoned(tl: Timeline) -> None:
+    try:
+        tl.finish(sc.END_ABANDONED, tl.last_observed_ns())
+    except Exception:
+        log.debug("firsttoken: ending an abandoned call failed", exc_info=True)
+
+
+def _work() -> None:
+    while True:
+        _finish_abandoned(_abandoned.get())
+
+
+def start_worker() -> None:
+    """Start the thread that records abandoned calls (once; outside any finalizer)."""
+    global _worker
+    with _worker_lock:
+        if _worker is None or not _worker.is_alive():
+            _worker = threading.Thread(target=_work, name="firsttoken-abandoned", daemon=True)
+            _worker.start()
+
+
+def flush_abandoned() -> None:
+    """Record every queued abandoned call now, in this thread (tests, shutdown)."""
+    while True:
+        try:
+            tl = _abandoned.get_nowait()
+        except queue.Empty:
+            return
+        _finish_abandoned(tl)
+
+
+atexit.register(flush_abandoned)

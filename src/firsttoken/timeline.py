@@ -1,0 +1,195 @@
+"""The Timeline: plain data about one LLM call, filled by the hooks and read by the Recorder.
+
+Marks are ``time.perf_counter_ns()`` readings; ``start_wall_ns`` anchors them to the epoch so the
+Recorder can give spans real start and end times. Facts are whatever the provider and the wire
+told us. Nothing here knows about OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import semconv as sc
+
+_FINISH_LOCK = threading.Lock()
+
+STREAM_TEXT_KEY = "_stream_text"
+"""Key in ``Timeline.capture`` under which streamed output text accumulates (content capture)."""
+
+
+class Timeline:
+    """Marks and facts for one call. Hooks write; :meth:`finish` hands it to the Recorder once."""
+
+    __slots__ = (
+        "api_type",
+        "attempts",
+        "cache_creation_tokens",
+        "cache_read_tokens",
+        "capture",
+        "chunk_count",
+        "chunk_gaps",
+        "closed_ns",
+        "conversation_id",
+        "embedding_dimensions",
+        "end_ns",
+        "end_reason",
+        "ended",
+        "error_type",
+        "extra",
+        "finish_reasons",
+        "first_chunk_ns",
+        "first_token_ns",
+        "headers_ns",
+        "input_tokens",
+        "last_chunk_ns",
+        "last_token_ns",
+        "on_close",
+        "on_finish",
+        "operation",
+        "output_tokens",
+        "provider",
+        "reasoning_tokens",
+        "request",
+        "request_id",
+        "request_model",
+        "response_id",
+        "response_model",
+        "server_address",
+        "server_port",
+        "span",
+        "start_ns",
+        "start_wall_ns",
+        "status_code",
+        "stream",
+        "token_chunk_count",
+    )
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        operation: str,
+        request_model: str | None,
+        server_address: str | None,
+        server_port: int | None,
+        stream: bool,
+        on_finish: Callable[[Timeline], None],
+        start: tuple[int, int] | None = None,
+    ) -> None:
+        if start is None:
+            self.start_ns, self.start_wall_ns = time.perf_counter_ns(), time.time_ns()
+        else:
+            self.start_ns, self.start_wall_ns = start
+        self.provider = provider
+        self.operation = operation
+        self.request_model = request_model
+        self.server_address = server_address
+        self.server_port = server_port
+        self.stream = stream
+        self.on_finish = on_finish
+        self.api_type: str | None = None
+        self.request: dict[str, Any] = {}
+        """Request parameters worth recording (semconv attribute -> value)."""
+        self.extra: dict[str, Any] = {}
+        """Provider-specific attributes, already keyed by their semconv name."""
+        self.capture: dict[str, str] | None = None
+        """Content (attribute -> JSON text), only when the user opted in."""
+        self.span: Any = None
+        self.headers_ns: int | None = None
+        self.first_chunk_ns: int | None = None
+        self.first_token_ns: int | None = None
+        self.last_token_ns: int | None = None
+        self.last_chunk_ns: int | None = None
+        self.closed_ns: int | None = None
+        self.end_ns: int | None = None
+        self.chunk_count = 0
+        self.token_chunk_count = 0
+        self.chunk_gaps: list[int] | None = None
+        self.attempts = 0
+        self.status_code: int | None = None
+        self.request_id: str | None = None
+        self.response_id: str | None = None
+        self.response_model: str | None = None
+        self.finish_reasons: dict[int, str] = {}
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.cache_read_tokens: int | None = None
+        self.cache_creation_tokens: int | None = None
+        self.reasoning_tokens: int | None = None
+        self.embedding_dimensions: int | None = None
+        self.conversation_id: str | None = None
+        self.error_type: str | None = None
+        self.end_reason: str | None = None
+        self.on_close: Callable[[Timeline, Any, int], None] | None = None
+        """Set once the app holds the response: what to do when the transport sees it close."""
+        self.ended = False
+
+    # -- marks -----------------------------------------------------------------------------
+
+    def last_observed_ns(self) -> int:
+        """The latest moment anything was seen of this call (the end of an abandoned call)."""
+        latest = self.start_ns
+        for mark in (self.headers_ns, self.last_chunk_ns, self.closed_ns):
+            if mark is not None and mark > latest:
+                latest = mark
+        return latest
+
+    def wall_ns(self, mark_ns: int) -> int:
+        """Epoch nanoseconds of a perf-counter mark."""
+        return self.start_wall_ns + (mark_ns - self.start_ns)
+
+    # -- derived quantities ---------------------------------------------------------------
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.end_ns is None else (self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def time_to_first_chunk_s(self) -> float | None:
+        return None if self.first_chunk_ns is None else (self.first_chunk_ns - self.start_ns) / 1e9
+
+    @property
+    def time_to_first_token_s(self) -> float | None:
+        return None if self.first_token_ns is None else (self.first_token_ns - self.start_ns) / 1e9
+
+    def decode_tokens(self) -> tuple[int, str] | None:
+        """Output tokens behind the decode rate and where the count came from."""
+        if self.output_tokens is not None and self.output_tokens > 0:
+            return self.output_tokens, sc.TOKEN_SOURCE_USAGE
+        if self.token_chunk_count > 0:
+            return self.token_chunk_count, sc.TOKEN_SOURCE_CHUNKS
+        return None
+
+    @property
+    def time_per_output_token_s(self) -> float | None:
+        """(last token - first token) / (output tokens - 1); None when it cannot be known."""
+        if self.first_token_ns is None or self.last_token_ns is None:
+            return None
+        counted = self.decode_tokens()
+        if counted is None or counted[0] < 2:
+            return None
+        return (self.last_token_ns - self.first_token_ns) / 1e9 / (counted[0] - 1)
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def finish(self, reason: str, end_ns: int | None = None, error_type: str | None = None) -> bool:
+        """End the call once; later calls are no-ops. Returns whether this call ended it."""
+        with _FINISH_LOCK:
+            if self.ended:
+                return False
+            self.ended = True
+        self.end_ns = time.perf_counter_ns() if end_ns is None else end_ns
+        self.end_reason = reason
+        if error_type is not None:
+            self.error_type = error_type
+        self.on_finish(self)
+        return True
+
+    def __repr__(self) -> str:
+        return (
+            f"<Timeline {self.provider} {self.operation} {self.request_model!r} stream={self.stream} "
+            f"ttft={self.time_to_first_token_s} duration={self.duration_s} end={self.end_reason}>"
+        )

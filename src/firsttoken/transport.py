@@ -1,0 +1,225 @@
+"""httpx / httpx2 hooks: attempts, response headers, status, and the moment a response closes.
+
+Only requests sent while an instrumented SDK call is in progress (``CURRENT_CALL``) are touched;
+every other request in the process passes straight through. The SDKs of today send with
+``httpx2``; older ones and user-supplied clients with ``httpx``. Both are patched when installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from . import semconv as sc
+from ._patch import Patches
+from .context import CURRENT_CALL
+from .timeline import Timeline
+
+log = logging.getLogger("firsttoken")
+
+HTTPX_MODULES = ("httpx2", "httpx")
+
+# Response object -> the call it belongs to, for the hooks that see only the response.
+_calls_by_response: weakref.WeakKeyDictionary[Any, Timeline] = weakref.WeakKeyDictionary()
+
+
+def call_for_response(response: Any) -> Timeline | None:
+    try:
+        return _calls_by_response.get(response)
+    except TypeError:  # not weak-referenceable / hashable: not a response we registered
+        return None
+
+
+def register_response(response: Any, tl: Timeline) -> None:
+    try:
+        _calls_by_response[response] = tl
+    except TypeError:
+        log.debug("firsttoken: cannot track response %r", type(response))
+
+
+# -- response headers ------------------------------------------------------------------------
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(float(value))
+    except ValueError:
+        return None
+
+
+def _float(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def read_headers(tl: Timeline, headers: Mapping[str, str]) -> None:
+    """Facts that OpenAI- and Anthropic-style servers put in response headers."""
+    get = headers.get
+    request_id = get("x-request-id") or get("request-id")
+    if request_id:
+        tl.request_id = request_id
+    processing_ms = _float(get("openai-processing-ms"))
+    if processing_ms is not None:
+        tl.extra[sc.FT_SERVER_PROCESSING_TIME] = processing_ms / 1000.0
+    for key, names in (
+        (
+            sc.FT_RATELIMIT_REMAINING_REQUESTS,
+            ("x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"),
+        ),
+        (sc.FT_RATELIMIT_REMAINING_TOKENS, ("x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining")),
+    ):
+        for name in names:
+            value = _int(get(name))
+            if value is not None:
+                tl.extra[key] = value
+                break
+    for key, names in (
+        (sc.FT_RATELIMIT_RESET_REQUESTS, ("x-ratelimit-reset-requests", "anthropic-ratelimit-requests-reset")),
+        (sc.FT_RATELIMIT_RESET_TOKENS, ("x-ratelimit-reset-tokens", "anthropic-ratelimit-tokens-reset")),
+    ):
+        for name in names:
+            raw = get(name)
+            if raw:
+                tl.extra[key] = raw
+                break
+    retry_after = _float(get("retry-after"))
+    if retry_after is not None:
+        tl.extra[sc.FT_RETRY_AFTER] = retry_after
+
+
+# -- the httpcore trace extension --------------------------------------------------------------
+
+_HEADERS_DONE = "receive_response_headers.complete"
+
+
+def _sync_tracer(tl: Timeline, chained: Callable[[str, dict[str, Any]], Any] | None) -> Callable[..., Any]:
+    def trace(event: str, info: dict[str, Any]) -> Any:
+        try:
+            if event.endswith(_HEADERS_DONE):
+                tl.headers_ns = time.perf_counter_ns()
+        except Exception:  # pragma: no cover - defensive: a trace callback must never raise
+            pass
+        return chained(event, info) if chained is not None else None
+
+    trace._firsttoken = True  # type: ignore[attr-defined]
+    return trace
+
+
+def _async_tracer(
+    tl: Timeline, chained: Callable[[str, dict[str, Any]], Awaitable[Any]] | None
+) -> Callable[..., Awaitable[Any]]:
+    async def trace(event: str, info: dict[str, Any]) -> Any:
+        try:
+            if event.endswith(_HEADERS_DONE):
+                tl.headers_ns = time.perf_counter_ns()
+        except Exception:  # pragma: no cover
+            pass
+        return await chained(event, info) if chained is not None else None
+
+    trace._firsttoken = True  # type: ignore[attr-defined]
+    return trace
+
+
+def _before_send(tl: Timeline, request: Any, is_async: bool) -> None:
+    tl.attempts += 1
+    extensions = getattr(request, "extensions", None)
+    if not isinstance(extensions, dict):
+        return
+    chained = extensions.get("trace")
+    if getattr(chained, "_firsttoken", False):
+        return
+    extensions["trace"] = _async_tracer(tl, chained) if is_async else _sync_tracer(tl, chained)
+
+
+def _after_send(tl: Timeline, response: Any) -> None:
+    tl.status_code = response.status_code
+    read_headers(tl, response.headers)
+    register_response(response, tl)
+
+
+def _request_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return args[0] if args else kwargs.get("request")
+
+
+def _send(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    tl = CURRENT_CALL.get()
+    if tl is None or tl.ended:
+        return wrapped(*args, **kwargs)
+    try:
+        _before_send(tl, _request_of(args, kwargs), False)
+    except Exception:
+        log.debug("firsttoken: before-send hook failed", exc_info=True)
+    response = wrapped(*args, **kwargs)
+    try:
+        _after_send(tl, response)
+    except Exception:
+        log.debug("firsttoken: after-send hook failed", exc_info=True)
+    return response
+
+
+async def _send_async(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    tl = CURRENT_CALL.get()
+    if tl is None or tl.ended:
+        return await wrapped(*args, **kwargs)
+    try:
+        _before_send(tl, _request_of(args, kwargs), True)
+    except Exception:
+        log.debug("firsttoken: before-send hook failed", exc_info=True)
+    response = await wrapped(*args, **kwargs)
+    try:
+        _after_send(tl, response)
+    except Exception:
+        log.debug("firsttoken: after-send hook failed", exc_info=True)
+    return response
+
+
+def _closed(response: Any) -> None:
+    tl = call_for_response(response)
+    if tl is None or tl.ended or tl.on_close is None:
+        return
+    try:
+        now = time.perf_counter_ns()
+        tl.closed_ns = now
+        tl.on_close(tl, response, now)
+    except Exception:
+        log.debug("firsttoken: response-close hook failed", exc_info=True)
+
+
+def _close(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        _closed(instance)
+
+
+async def _aclose(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        _closed(instance)
+
+
+def patch(patches: Patches) -> list[str]:
+    """Patch every installed httpx flavour; returns the module names patched."""
+    done = []
+    for module in HTTPX_MODULES:
+        try:
+            __import__(module)
+        except ImportError:
+            continue
+        ok = patches.wrap(module, "Client.send", _send)
+        ok = patches.wrap(module, "AsyncClient.send", _send_async) and ok
+        ok = patches.wrap(module, "Response.close", _close) and ok
+        ok = patches.wrap(module, "Response.aclose", _aclose) and ok
+        if ok:
+            done.append(module)
+    return done
