@@ -110,16 +110,19 @@ def append_output(tl: Timeline, text: str) -> None:
         tl.capture[STREAM_TEXT_KEY] = tl.capture.get(STREAM_TEXT_KEY, "") + text
 
 
-def _stream_closed(ref: weakref.ref[Any], tl: Timeline, response: Any, now: int) -> None:
-    gen = ref()
+def _stream_closed(ref: weakref.ref[Any] | None, tl: Timeline, response: Any, now: int) -> None:
+    gen = None if ref is None else ref()
     if gen is not None and is_running(gen):
         return  # the stream itself is closing its response at its end; it ends the call
     tl.finish(sc.END_CLOSED, now)
 
 
 def own_stream(tl: Timeline, stream_obj: Any, gen: Any) -> None:
-    """Hand the call to a stream: its generator ends it, or its closing, or its collection."""
-    tl.on_close = partial(_stream_closed, weakref.ref(gen))
+    """Hand the call to a stream: its generator ends it, or its closing, or its collection.
+
+    ``gen`` is our observing generator, or None while the SDK has not started reading items.
+    """
+    tl.on_close = partial(_stream_closed, None if gen is None else weakref.ref(gen))
     watch(stream_obj, tl)
 
 

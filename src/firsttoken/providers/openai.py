@@ -1,39 +1,37 @@
 """The official ``openai`` SDK: every chat, responses, completions and embeddings call.
 
-Two class-level patches catch every way an app can reach those APIs (``create``, ``parse``, the
+Class-level patches catch every way an app can reach those APIs (``create``, ``parse``, the
 ``stream()`` helpers, ``with_raw_response``, ``with_streaming_response``, sync and async):
 
-* ``SyncAPIClient.request`` / ``AsyncAPIClient.request``, the SDK's chokepoint: starts the call
-  and its span, and ends a non-streamed call when it returns or raises.
-* ``Stream.__stream__`` / ``AsyncStream.__stream__``, the generator under every SSE stream: swapped
-  for an observer (:mod:`firsttoken.streams`) that stamps the first and last token.
+* the public methods stamp the moment the app called them: the call's start;
+* ``SyncAPIClient.request`` / ``AsyncAPIClient.request``, the SDK's chokepoint, start the call span
+  and end a non-streamed call (:mod:`firsttoken.providers._hooks`);
+* ``Stream.__stream__`` / ``AsyncStream.__stream__``, the generator under every SSE stream, are
+  swapped for an observer (:mod:`firsttoken.streams`) that stamps the first and last token.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
-
-from opentelemetry import context as otel_context
-from opentelemetry import trace
 
 from .. import semconv as sc
 from .._patch import Patches
 from ..config import warn
-from ..context import CALL_START, CURRENT_CALL
 from ..recorder import Recorder
-from ..streams import end_on_exception, observe_async, observe_sync, watch
+from ..streams import Observer
 from ..timeline import Timeline
-from ..transport import call_for_response, register_response
 from . import _common as common
+from ._hooks import CallDescription, CallHooks
 
 log = logging.getLogger("firsttoken")
 
 SUPPORTED = ">=3.0,<4"
 """The openai versions firsttoken is tested with."""
+
+_streaming: ModuleType  # openai._streaming, imported when patching
 
 _API_CHAT = "chat_completions"
 _API_RESPONSES = "responses"
@@ -296,7 +294,7 @@ def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
         _read_identity(tl, event.response)
 
 
-def _observer(tl: Timeline) -> Any:
+def _observer(tl: Timeline) -> Observer:
     if tl.api_type == _API_RESPONSES:
         return observe_response_event
     if tl.operation == sc.OP_TEXT_COMPLETION:
@@ -307,159 +305,32 @@ def _observer(tl: Timeline) -> Any:
 # -- the patches ------------------------------------------------------------------------------
 
 
-class _Hooks:
-    def __init__(self, recorder: Recorder, provider_of: common.ProviderResolver) -> None:
-        self.recorder = recorder
-        self.provider_of = provider_of
+class OpenAIHooks(CallHooks):
+    provider = "openai"
 
-    # call start ---------------------------------------------------------------------------
-
-    def start(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Timeline | None:
-        try:
-            options = args[1] if len(args) > 1 else kwargs.get("options")
-            kind = _classify(options)
-            if kind is None:
-                return None
-            operation, api_type = kind
-            body = getattr(options, "json_data", None)
-            body = body if isinstance(body, Mapping) else {}
-            stream = bool(kwargs.get("stream", False) or body.get("stream") is True)
-            host, port = common.server_of(getattr(instance, "base_url", None))
-            model = body.get("model")
-            tl = Timeline(
-                provider=self.provider_of(host, "openai"),
-                operation=operation,
-                request_model=model if isinstance(model, str) else None,
-                server_address=host,
-                server_port=port,
-                stream=stream,
-                on_finish=self.recorder.finish,
-                start=CALL_START.get(),
-            )
-            tl.api_type = api_type
-            tl.request = _request_attributes(body)
-            if self.recorder.settings.chunk_metrics and stream:
-                tl.chunk_gaps = []
-            if self.recorder.settings.capture_content:
-                tl.capture = _input_content(operation, api_type, body)
-            self.recorder.start(tl)
-            return tl
-        except Exception:
-            log.debug("firsttoken: could not start an openai call", exc_info=True)
+    def describe(self, options: Any, body: Mapping[str, Any], stream: bool) -> CallDescription | None:
+        kind = _classify(options)
+        if kind is None:
             return None
+        operation, api_type = kind
+        model = body.get("model")
+        return CallDescription(
+            operation=operation,
+            model=model if isinstance(model, str) else None,
+            stream=stream,
+            api_type=api_type,
+            request=_request_attributes(body),
+            content=lambda: _input_content(operation, api_type, body),
+        )
 
-    # call end ----------------------------------------------------------------------------
+    def read_result(self, tl: Timeline, result: Any) -> None:
+        read_result(tl, result)
 
-    def returned(self, tl: Timeline, result: Any) -> None:
-        try:
-            if tl.on_close is not None or tl.ended:
-                return  # a stream took the call over while the request ran
-            http = getattr(result, "http_response", None)
-            if http is not None:  # with_raw_response / with_streaming_response
-                register_response(http, tl)
-                if not http.is_closed:
-                    tl.on_close = _raw_closed
-                    watch(http, tl)
-                    return
-                if not tl.stream:
-                    read_result(tl, http.json())
-            else:
-                read_result(tl, result)
-            tl.finish(sc.END_COMPLETED)
-        except Exception:
-            log.debug("firsttoken: reading an openai result failed", exc_info=True)
-            tl.finish(sc.END_COMPLETED)
+    def observer(self, tl: Timeline) -> Observer:
+        return _observer(tl)
 
-    def raised(self, tl: Timeline, exc: BaseException) -> None:
-        try:
-            status = getattr(exc, "status_code", None)
-            if isinstance(status, int):
-                tl.status_code = status
-            request_id = getattr(exc, "request_id", None)
-            if isinstance(request_id, str):
-                tl.request_id = request_id
-        finally:
-            end_on_exception(tl, exc)
-
-    def request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tl = self.start(instance, args, kwargs)
-        if tl is None:
-            return wrapped(*args, **kwargs)
-        call_token = CURRENT_CALL.set(tl)
-        ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
-        try:
-            result = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            self.raised(tl, exc)
-            raise
-        finally:
-            otel_context.detach(ctx_token)
-            CURRENT_CALL.reset(call_token)
-        self.returned(tl, result)
-        return result
-
-    async def request_async(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tl = self.start(instance, args, kwargs)
-        if tl is None:
-            return await wrapped(*args, **kwargs)
-        call_token = CURRENT_CALL.set(tl)
-        ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
-        try:
-            result = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            self.raised(tl, exc)
-            raise
-        finally:
-            otel_context.detach(ctx_token)
-            CURRENT_CALL.reset(call_token)
-        self.returned(tl, result)
-        return result
-
-    # streams -----------------------------------------------------------------------------
-
-    def _stream_call(self, instance: Any) -> Timeline | None:
-        tl = CURRENT_CALL.get()
-        if tl is None:
-            tl = call_for_response(getattr(instance, "response", None))
-        if tl is None or tl.ended:
-            return None
-        return tl
-
-    def stream(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        items = wrapped(*args, **kwargs)
-        try:
-            tl = self._stream_call(instance)
-            if tl is None:
-                return items
-            gen = observe_sync(items, tl, _observer(tl))
-            common.own_stream(tl, instance, gen)
-            return gen
-        except Exception:
-            log.debug("firsttoken: could not observe an openai stream", exc_info=True)
-            return items
-
-    def stream_async(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        items = wrapped(*args, **kwargs)
-        try:
-            tl = self._stream_call(instance)
-            if tl is None:
-                return items
-            gen = observe_async(items, tl, _observer(tl))
-            common.own_stream(tl, instance, gen)
-            return gen
-        except Exception:
-            log.debug("firsttoken: could not observe an openai stream", exc_info=True)
-            return items
-
-
-def _raw_closed(tl: Timeline, response: Any, now: int) -> None:
-    """A raw response the app read (or dropped) by itself has been closed."""
-    if not tl.stream:
-        content = getattr(response, "_content", None)
-        if content:
-            with contextlib.suppress(ValueError):
-                read_result(tl, json.loads(content))
-    tl.finish(sc.END_COMPLETED, now)
+    def is_stream(self, result: Any) -> bool:
+        return isinstance(result, (_streaming.Stream, _streaming.AsyncStream))
 
 
 _PUBLIC_METHODS = (
@@ -483,7 +354,10 @@ def patch(patches: Patches, recorder: Recorder, provider_of: common.ProviderReso
     """Install the openai hooks; False (with a warning) when the installed SDK is unsupported."""
     if not common.check_version("openai", SUPPORTED):
         return False
-    hooks = _Hooks(recorder, provider_of)
+    global _streaming
+    from openai import _streaming
+
+    hooks = OpenAIHooks(recorder, provider_of)
     ok = patches.wrap("openai._base_client", "SyncAPIClient.request", hooks.request)
     ok = patches.wrap("openai._base_client", "AsyncAPIClient.request", hooks.request_async) and ok
     ok = patches.wrap("openai._streaming", "Stream.__stream__", hooks.stream) and ok

@@ -1,0 +1,34 @@
+"""The ``firsttoken`` command: ``demo`` (the default job) and ``sim``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .._version import __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="firsttoken",
+        description="LLM latency observability with OpenTelemetry.",
+        epilog="Run 'firsttoken COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"firsttoken {__version__}")
+    parser.add_argument(
+        "command",
+        choices=("demo", "sim"),
+        help="demo: measure a workload on the simulator; sim: serve the OpenAI/Anthropic-compatible simulator",
+    )
+    if not args or args[0] in ("-h", "--help", "--version"):
+        parser.parse_args(args)
+        return 0
+    ns = parser.parse_args(args[:1])
+    if ns.command == "demo":
+        from .demo import main as demo_main
+
+        return demo_main(args[1:])
+    from ..sim.cli import main as sim_main
+
+    return int(sim_main(args[1:]))

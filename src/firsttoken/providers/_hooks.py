@@ -1,0 +1,218 @@
+"""The call lifecycle both SDKs share, behind their ``request`` chokepoint and ``__stream__`` generator.
+
+Both official SDKs (Stainless-generated) route every API call through ``SyncAPIClient.request`` /
+``AsyncAPIClient.request`` and every SSE stream through ``Stream.__stream__`` /
+``AsyncStream.__stream__``. A provider module subclasses :class:`CallHooks` with what differs: which
+requests are LLM calls and what they mean (:meth:`describe`), how to read a whole result
+(:meth:`read_result`) and a streamed item (:meth:`observer`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from .. import semconv as sc
+from ..context import CALL_START, CURRENT_CALL
+from ..recorder import Recorder
+from ..streams import Observer, end_on_exception, observe_async, observe_sync, watch
+from ..timeline import Timeline
+from ..transport import call_for_response, register_response
+from . import _common as common
+
+log = logging.getLogger("firsttoken")
+
+
+@dataclass
+class CallDescription:
+    """What a provider makes of a request before it is sent."""
+
+    operation: str
+    model: str | None
+    stream: bool
+    api_type: str | None = None
+    request: dict[str, Any] = field(default_factory=dict)
+    content: Callable[[], dict[str, str]] | None = None
+    """Builds the captured input content; only called when content capture is on."""
+
+
+class CallHooks:
+    """Starts a call at ``request``, ends it when the result, stream or response is done."""
+
+    provider = "unknown"
+    """The SDK's own provider name, used when the host does not name another."""
+
+    def __init__(self, recorder: Recorder, provider_of: common.ProviderResolver) -> None:
+        self.recorder = recorder
+        self.provider_of = provider_of
+
+    # -- what providers define ------------------------------------------------------------
+
+    def describe(self, options: Any, body: Mapping[str, Any], stream: bool) -> CallDescription | None:
+        raise NotImplementedError
+
+    def read_result(self, tl: Timeline, result: Any) -> None:
+        raise NotImplementedError
+
+    def observer(self, tl: Timeline) -> Observer:
+        raise NotImplementedError
+
+    def is_stream(self, result: Any) -> bool:
+        """Whether a result is the SDK's SSE stream object (its items are read by ``__stream__``)."""
+        raise NotImplementedError
+
+    # -- call start ------------------------------------------------------------------------
+
+    def start(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Timeline | None:
+        try:
+            options = args[1] if len(args) > 1 else kwargs.get("options")
+            body = getattr(options, "json_data", None)
+            body = body if isinstance(body, Mapping) else {}
+            stream = bool(kwargs.get("stream", False) or body.get("stream") is True)
+            what = self.describe(options, body, stream)
+            if what is None:
+                return None
+            host, port = common.server_of(getattr(instance, "base_url", None))
+            tl = Timeline(
+                provider=self.provider_of(host, self.provider),
+                operation=what.operation,
+                request_model=what.model,
+                server_address=host,
+                server_port=port,
+                stream=what.stream,
+                on_finish=self.recorder.finish,
+                start=CALL_START.get(),
+            )
+            tl.api_type = what.api_type
+            tl.request = what.request
+            settings = self.recorder.settings
+            if settings.chunk_metrics and what.stream:
+                tl.chunk_gaps = []
+            if settings.capture_content and what.content is not None:
+                tl.capture = what.content()
+            self.recorder.start(tl)
+            return tl
+        except Exception:
+            log.debug("firsttoken: could not start a %s call", self.provider, exc_info=True)
+            return None
+
+    # -- call end --------------------------------------------------------------------------
+
+    def returned(self, tl: Timeline, result: Any) -> None:
+        try:
+            if tl.on_close is not None or tl.ended:
+                return  # a stream took the call over while the request ran
+            if self.is_stream(result):
+                # A stream whose generator starts lazily (anthropic): until it does, any close of
+                # the response ends the call, and so does dropping the stream.
+                common.own_stream(tl, result, None)
+                return
+            http = getattr(result, "http_response", None)
+            if http is not None:  # with_raw_response / with_streaming_response
+                register_response(http, tl)
+                if not http.is_closed:
+                    tl.on_close = self._raw_closed
+                    watch(http, tl)
+                    return
+                if not tl.stream:
+                    self.read_result(tl, http.json())
+            else:
+                self.read_result(tl, result)
+        except Exception:
+            log.debug("firsttoken: reading a %s result failed", self.provider, exc_info=True)
+        tl.finish(sc.END_COMPLETED)
+
+    def _raw_closed(self, tl: Timeline, response: Any, now: int) -> None:
+        """A raw response the app read (or dropped) by itself has been closed."""
+        if not tl.stream:
+            content = getattr(response, "_content", None)
+            if content:
+                with contextlib.suppress(ValueError):
+                    self.read_result(tl, json.loads(content))
+        tl.finish(sc.END_COMPLETED, now)
+
+    def raised(self, tl: Timeline, exc: BaseException) -> None:
+        try:
+            status = getattr(exc, "status_code", None)
+            if isinstance(status, int):
+                tl.status_code = status
+            request_id = getattr(exc, "request_id", None)
+            if isinstance(request_id, str):
+                tl.request_id = request_id
+        finally:
+            end_on_exception(tl, exc)
+
+    # -- the wrappers ----------------------------------------------------------------------
+
+    def request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        tl = self.start(instance, args, kwargs)
+        if tl is None:
+            return wrapped(*args, **kwargs)
+        call_token = CURRENT_CALL.set(tl)
+        ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
+        try:
+            result = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self.raised(tl, exc)
+            raise
+        finally:
+            otel_context.detach(ctx_token)
+            CURRENT_CALL.reset(call_token)
+        self.returned(tl, result)
+        return result
+
+    async def request_async(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        tl = self.start(instance, args, kwargs)
+        if tl is None:
+            return await wrapped(*args, **kwargs)
+        call_token = CURRENT_CALL.set(tl)
+        ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self.raised(tl, exc)
+            raise
+        finally:
+            otel_context.detach(ctx_token)
+            CURRENT_CALL.reset(call_token)
+        self.returned(tl, result)
+        return result
+
+    def _stream_call(self, instance: Any) -> Timeline | None:
+        tl = call_for_response(getattr(instance, "response", None)) or CURRENT_CALL.get()
+        if tl is None or tl.ended:
+            return None
+        return tl
+
+    def stream(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        items = wrapped(*args, **kwargs)
+        try:
+            tl = self._stream_call(instance)
+            if tl is None:
+                return items
+            gen = observe_sync(items, tl, self.observer(tl))
+            common.own_stream(tl, instance, gen)
+            return gen
+        except Exception:
+            log.debug("firsttoken: could not observe a %s stream", self.provider, exc_info=True)
+            return items
+
+    def stream_async(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        items = wrapped(*args, **kwargs)
+        try:
+            tl = self._stream_call(instance)
+            if tl is None:
+                return items
+            agen = observe_async(items, tl, self.observer(tl))
+            common.own_stream(tl, instance, agen)
+            return agen
+        except Exception:
+            log.debug("firsttoken: could not observe a %s stream", self.provider, exc_info=True)
+            return items
