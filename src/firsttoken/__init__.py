@@ -15,6 +15,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from ._version import __version__
+from .app import action, conversation, phase, traffic_class
 from .config import ConfigError, FirstTokenWarning
 from .instrumentor import FirstTokenInstrumentor
 
@@ -23,8 +24,12 @@ __all__ = [
     "FirstTokenInstrumentor",
     "FirstTokenWarning",
     "__version__",
+    "action",
+    "conversation",
     "instrument",
     "is_instrumented",
+    "phase",
+    "traffic_class",
     "uninstrument",
 ]
 

@@ -69,9 +69,14 @@ class FirstTokenInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         provider_of = _common.provider_resolver(settings.provider_hosts)
         patches = Patches()
         self._patches, self.recorder = patches, recorder
+        from .providers import anthropic as anthropic_hooks
         from .providers import openai as openai_hooks
 
-        sdks = [name for name, patch in (("openai", openai_hooks.patch),) if patch(patches, recorder, provider_of)]
+        sdks = [
+            name
+            for name, patch in (("openai", openai_hooks.patch), ("anthropic", anthropic_hooks.patch))
+            if patch(patches, recorder, provider_of)
+        ]
         if sdks:
             transport.patch(patches)
             streams.start_worker()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.metrics import Meter
@@ -94,6 +95,24 @@ class Recorder:
         self._reasoning_tokens = meter.create_counter(
             sc.M_REASONING_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Reasoning output tokens."
         )
+        self._action_duration = meter.create_histogram(
+            sc.M_ACTION_DURATION,
+            unit=sc.UNIT_SECONDS,
+            description="Application end-to-end: user action to result rendered.",
+            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
+        )
+        self._action_llm_busy = meter.create_histogram(
+            sc.M_ACTION_LLM_BUSY_TIME,
+            unit=sc.UNIT_SECONDS,
+            description="Per action, the time at least one LLM call was in flight.",
+            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
+        )
+        self._phase_duration = meter.create_histogram(
+            sc.M_APP_PHASE_DURATION,
+            unit=sc.UNIT_SECONDS,
+            description="Duration of an application-side phase of an action.",
+            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
+        )
 
     # -- start -----------------------------------------------------------------------------
 
@@ -131,6 +150,8 @@ class Recorder:
         finally:
             end_ns = tl.end_ns if tl.end_ns is not None else tl.last_observed_ns()
             span.end(end_time=tl.wall_ns(end_ns))
+            if tl.action is not None:
+                tl.action.add_call(tl.start_ns, end_ns)
 
     def _annotate(self, span: Span, tl: Timeline) -> None:
         if not span.is_recording():
@@ -142,6 +163,8 @@ class Recorder:
             attrs[sc.OPENAI_API_TYPE] = tl.api_type
         if tl.conversation_id:
             attrs[sc.GEN_AI_CONVERSATION_ID] = tl.conversation_id
+        if tl.traffic_class:
+            attrs[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
         if tl.response_id:
             attrs[sc.GEN_AI_RESPONSE_ID] = tl.response_id
         if tl.response_model:
@@ -255,6 +278,8 @@ class Recorder:
             attrs[sc.SERVER_ADDRESS] = tl.server_address
             if tl.server_port is not None:
                 attrs[sc.SERVER_PORT] = tl.server_port
+        if tl.traffic_class:
+            attrs[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
         if tl.error_type:
             attrs[sc.ERROR_TYPE] = tl.error_type
 
@@ -288,3 +313,63 @@ class Recorder:
             self._output_tokens.add(tl.output_tokens, attrs, context=ctx)
             if tl.reasoning_tokens:
                 self._reasoning_tokens.add(tl.reasoning_tokens, attrs, context=ctx)
+
+    # -- application actions and phases (firsttoken.action / firsttoken.phase) --------------
+
+    def start_action(self, state: Any, attributes: dict[str, Any]) -> Span:
+        attrs: dict[str, AttributeValue] = {sc.FT_ACTION_NAME: state.name}
+        if state.traffic_class:
+            attrs[sc.FT_TRAFFIC_CLASS] = state.traffic_class
+        for key, value in attributes.items():
+            if isinstance(value, (str, bool, int, float)):
+                attrs[key] = value
+        return self.tracer.start_span(state.name, kind=SpanKind.INTERNAL, attributes=attrs)
+
+    def finish_action(self, state: Any, end_ns: int, exc: BaseException | None) -> None:
+        span: Span = state.span
+        duration = (end_ns - state.start_ns) / 1e9
+        calls, total_ns, busy_ns = state.llm_summary(end_ns)
+        metric_attrs: dict[str, AttributeValue] = {sc.FT_ACTION_NAME: state.name}
+        if state.traffic_class:
+            metric_attrs[sc.FT_TRAFFIC_CLASS] = state.traffic_class
+        try:
+            attrs: dict[str, AttributeValue] = {
+                sc.FT_ACTION_LLM_CALLS: calls,
+                sc.FT_ACTION_LLM_TIME: total_ns / 1e9,
+                sc.FT_ACTION_LLM_BUSY_TIME: busy_ns / 1e9,
+            }
+            if duration > 0:
+                attrs[sc.FT_ACTION_LLM_SHARE] = min(1.0, busy_ns / 1e9 / duration)
+            if busy_ns > 0:
+                attrs[sc.FT_ACTION_LLM_PARALLELISM] = total_ns / busy_ns
+            if exc is not None and not isinstance(exc, GeneratorExit):
+                error = type(exc).__qualname__
+                attrs[sc.ERROR_TYPE] = error
+                metric_attrs[sc.ERROR_TYPE] = error
+                span.set_status(Status(StatusCode.ERROR, error))
+            span.set_attributes(attrs)
+            ctx = trace.set_span_in_context(span)
+            self._action_duration.record(duration, metric_attrs, context=ctx)
+            self._action_llm_busy.record(busy_ns / 1e9, metric_attrs, context=ctx)
+        finally:
+            span.end()
+
+    def start_app_phase(self, name: str, state: Any) -> Span:
+        attrs: dict[str, AttributeValue] = {sc.FT_APP_PHASE: name}
+        if state is not None:
+            attrs[sc.FT_ACTION_NAME] = state.name
+        return self.tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attrs)
+
+    def finish_app_phase(self, span: Span, name: str, state: Any, duration: float, exc: BaseException | None) -> None:
+        attrs: dict[str, AttributeValue] = {sc.FT_APP_PHASE: name}
+        if state is not None:
+            attrs[sc.FT_ACTION_NAME] = state.name
+            if state.traffic_class:
+                attrs[sc.FT_TRAFFIC_CLASS] = state.traffic_class
+        try:
+            if exc is not None:
+                attrs[sc.ERROR_TYPE] = type(exc).__qualname__
+                span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+            self._phase_duration.record(duration, attrs, context=trace.set_span_in_context(span))
+        finally:
+            span.end()

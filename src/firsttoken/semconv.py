@@ -100,6 +100,23 @@ FT_RATELIMIT_RESET_TOKENS: Final = "firsttoken.ratelimit.reset_tokens"
 FT_RETRY_AFTER: Final = "firsttoken.retry_after"
 FT_ATTEMPTS: Final = "firsttoken.attempts"
 FT_PHASE: Final = "firsttoken.phase"
+FT_COUNTED_INPUT_TOKENS: Final = "firsttoken.count_tokens.input_tokens"
+"""What a token-counting call (Anthropic ``messages.count_tokens``) answered; not usage."""
+
+# Application end-to-end (firsttoken.action / firsttoken.phase)
+FT_TRAFFIC_CLASS: Final = "firsttoken.traffic_class"
+"""interactive, async, batch or the app's own short label; a metric dimension of every call."""
+FT_ACTION_NAME: Final = "firsttoken.action.name"
+FT_ACTION_LLM_CALLS: Final = "firsttoken.action.llm_calls"
+FT_ACTION_LLM_TIME: Final = "firsttoken.action.llm_time"
+"""Summed duration of the action's LLM calls, in seconds (parallel calls add up)."""
+FT_ACTION_LLM_BUSY_TIME: Final = "firsttoken.action.llm_busy_time"
+"""Seconds of the action during which at least one LLM call was in flight."""
+FT_ACTION_LLM_SHARE: Final = "firsttoken.action.llm_share"
+"""llm_busy_time / action duration: the LLM calls' share of the action's critical path."""
+FT_ACTION_LLM_PARALLELISM: Final = "firsttoken.action.llm_parallelism"
+"""llm_time / llm_busy_time: 1 when calls ran one after another."""
+FT_APP_PHASE: Final = "firsttoken.app.phase"
 
 END_COMPLETED: Final = "completed"
 END_CLOSED: Final = "closed"
@@ -141,6 +158,12 @@ M_CACHE_READ_INPUT_TOKENS: Final = "firsttoken.client.cache_read.input_tokens"
 M_CACHE_CREATION_INPUT_TOKENS: Final = "firsttoken.client.cache_creation.input_tokens"
 M_OUTPUT_TOKENS: Final = "firsttoken.client.output_tokens"
 M_REASONING_OUTPUT_TOKENS: Final = "firsttoken.client.reasoning.output_tokens"
+
+M_ACTION_DURATION: Final = "firsttoken.app.action.duration"
+"""Application end-to-end: user action to result rendered, by action name and traffic class."""
+M_ACTION_LLM_BUSY_TIME: Final = "firsttoken.app.action.llm_busy_time"
+"""Per action, the seconds an LLM call was in flight (divide by the duration for the LLM share)."""
+M_APP_PHASE_DURATION: Final = "firsttoken.app.phase.duration"
 
 # Advisory bucket boundaries.
 DURATION_BUCKETS: Final = (

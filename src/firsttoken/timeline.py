@@ -24,6 +24,7 @@ class Timeline:
     """Marks and facts for one call. Hooks write; :meth:`finish` hands it to the Recorder once."""
 
     __slots__ = (
+        "action",
         "api_type",
         "attempts",
         "cache_creation_tokens",
@@ -65,6 +66,7 @@ class Timeline:
         "status_code",
         "stream",
         "token_chunk_count",
+        "traffic_class",
     )
 
     def __init__(
@@ -121,6 +123,9 @@ class Timeline:
         self.reasoning_tokens: int | None = None
         self.embedding_dimensions: int | None = None
         self.conversation_id: str | None = None
+        self.traffic_class: str | None = None
+        self.action: Any = None
+        """The ``firsttoken.action`` the call was made in (an ``app.ActionState``), if any."""
         self.error_type: str | None = None
         self.end_reason: str | None = None
         self.on_close: Callable[[Timeline, Any, int], None] | None = None

@@ -20,6 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from .. import semconv as sc
+from ..app import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS
 from ..context import CALL_START, CURRENT_CALL
 from ..recorder import Recorder
 from ..streams import Observer, end_on_exception, observe_async, observe_sync, watch
@@ -91,6 +92,9 @@ class CallHooks:
                 start=CALL_START.get(),
             )
             tl.api_type = what.api_type
+            tl.traffic_class = TRAFFIC_CLASS.get()
+            tl.conversation_id = CONVERSATION_ID.get()
+            tl.action = CURRENT_ACTION.get()
             tl.request = what.request
             settings = self.recorder.settings
             if settings.chunk_metrics and what.stream:

@@ -1,0 +1,217 @@
+"""The official ``anthropic`` SDK: ``messages`` (create, stream helper, parse, count_tokens) and ``beta.messages``.
+
+The same chokepoints as openai (:mod:`firsttoken.providers._hooks`). Two differences matter:
+
+* an anthropic ``Stream`` starts its item generator lazily, on the first read and on a copy of
+  itself, so the call is handed to the stream when ``request`` returns and the generator is found
+  through the shared HTTP response;
+* TTFT is stamped at the first ``content_block_delta`` carrying generated content (text, tool
+  input JSON, thinking) as it comes off the wire, whichever helper consumes it (``text_stream``,
+  iterating events, ``get_final_message()``, ``until_done()``), never at ``message_start`` and
+  never when a helper hands the app an aggregate.
+
+Usage follows the GenAI conventions: ``gen_ai.usage.input_tokens`` = input + cache read + cache
+creation tokens (Anthropic's ``input_tokens`` excludes both), which is also what the cache-hit
+counters count, so Anthropic and OpenAI ratios mean the same thing.
+
+anthropic >= 1.14 has OpenTelemetry tracing of its own (span ``anthropic.messages.create``, on when
+a global tracer provider is set). firsttoken's call span starts first, so the SDK's span nests under
+it; set ``ANTHROPIC_OPEN_TELEMETRY=false`` to keep only firsttoken's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from .. import semconv as sc
+from .._patch import Patches
+from ..config import warn
+from ..recorder import Recorder
+from ..streams import Observer
+from ..timeline import Timeline
+from . import _common as common
+from ._hooks import CallDescription, CallHooks
+
+SUPPORTED = ">=2.0,<3"
+"""The anthropic versions firsttoken is tested with."""
+
+OP_COUNT_TOKENS = "count_tokens"
+
+_streaming: ModuleType  # anthropic._streaming, imported when patching
+g = common.get
+
+
+def _classify(options: Any) -> str | None:
+    if str(getattr(options, "method", "")).lower() != "post":
+        return None
+    path = str(getattr(options, "url", "")).split("?", 1)[0].rstrip("/")
+    if path.endswith("/v1/messages"):
+        return sc.OP_CHAT
+    if path.endswith("/v1/messages/count_tokens"):
+        return OP_COUNT_TOKENS
+    return None
+
+
+def _request_attributes(body: Mapping[str, Any]) -> dict[str, Any]:
+    attrs: dict[str, Any] = {}
+    if isinstance(body.get("max_tokens"), int):
+        attrs[sc.GEN_AI_REQUEST_MAX_TOKENS] = body["max_tokens"]
+    for key, attr in (("temperature", sc.GEN_AI_REQUEST_TEMPERATURE), ("top_p", sc.GEN_AI_REQUEST_TOP_P)):
+        value = body.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            attrs[attr] = float(value)
+    if isinstance(body.get("top_k"), int):
+        attrs[sc.GEN_AI_REQUEST_TOP_K] = body["top_k"]
+    stops = body.get("stop_sequences")
+    if isinstance(stops, list) and all(isinstance(s, str) for s in stops):
+        attrs[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = list(stops)
+    return attrs
+
+
+def _input_content(body: Mapping[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if body.get("system") is not None:
+        out[sc.GEN_AI_SYSTEM_INSTRUCTIONS] = common.to_json(body["system"])
+    if body.get("messages") is not None:
+        out[sc.GEN_AI_INPUT_MESSAGES] = common.to_json(body["messages"])
+    return out
+
+
+def _read_usage(tl: Timeline, usage: Any) -> None:
+    """Anthropic usage (whole, or cumulative in ``message_delta``) -> GenAI usage."""
+    if usage is None:
+        return
+    uncached = g(usage, "input_tokens")
+    read = g(usage, "cache_read_input_tokens")
+    created = g(usage, "cache_creation_input_tokens")
+    if isinstance(read, int):
+        tl.cache_read_tokens = read
+    if isinstance(created, int):
+        tl.cache_creation_tokens = created
+    if isinstance(uncached, int):
+        tl.input_tokens = uncached + (tl.cache_read_tokens or 0) + (tl.cache_creation_tokens or 0)
+    output = g(usage, "output_tokens")
+    if isinstance(output, int):
+        tl.output_tokens = output
+    thinking = g(g(usage, "output_tokens_details"), "thinking_tokens")
+    if isinstance(thinking, int):
+        tl.reasoning_tokens = thinking
+
+
+def _read_message(tl: Timeline, message: Any) -> None:
+    rid = g(message, "id")
+    if isinstance(rid, str) and rid:
+        tl.response_id = rid
+    model = g(message, "model")
+    if isinstance(model, str) and model:
+        tl.response_model = model
+    reason = g(message, "stop_reason")
+    if isinstance(reason, str):
+        tl.finish_reasons[0] = reason
+    _read_usage(tl, g(message, "usage"))
+
+
+def read_result(tl: Timeline, result: Any) -> None:
+    if tl.operation == OP_COUNT_TOKENS:
+        tokens = g(result, "input_tokens")
+        if isinstance(tokens, int):
+            tl.extra[sc.FT_COUNTED_INPUT_TOKENS] = tokens
+        return
+    _read_message(tl, result)
+    if tl.capture is not None and g(result, "content") is not None:
+        tl.capture[sc.GEN_AI_OUTPUT_MESSAGES] = common.to_json([{"role": "assistant", "content": g(result, "content")}])
+
+
+_CONTENT_DELTAS = frozenset({"text_delta", "input_json_delta", "thinking_delta", "citations_delta"})
+
+
+def observe_event(tl: Timeline, event: Any, now: int) -> None:
+    kind = event.type
+    if kind == "content_block_delta":
+        delta = event.delta
+        if delta.type in _CONTENT_DELTAS:
+            if tl.first_token_ns is None:
+                tl.first_token_ns = now
+            tl.last_token_ns = now
+            tl.token_chunk_count += 1
+            if tl.capture is not None and delta.type == "text_delta":
+                common.append_output(tl, delta.text)
+    elif kind == "message_start":
+        _read_message(tl, event.message)
+    elif kind == "message_delta":
+        reason = event.delta.stop_reason
+        if reason is not None:
+            tl.finish_reasons[0] = reason
+        _read_usage(tl, event.usage)
+
+
+class AnthropicHooks(CallHooks):
+    provider = "anthropic"
+
+    def describe(self, options: Any, body: Mapping[str, Any], stream: bool) -> CallDescription | None:
+        operation = _classify(options)
+        if operation is None:
+            return None
+        model = body.get("model")
+        return CallDescription(
+            operation=operation,
+            model=model if isinstance(model, str) else None,
+            stream=stream and operation == sc.OP_CHAT,
+            request=_request_attributes(body) if operation == sc.OP_CHAT else {},
+            content=lambda: _input_content(body),
+        )
+
+    def read_result(self, tl: Timeline, result: Any) -> None:
+        read_result(tl, result)
+
+    def observer(self, tl: Timeline) -> Observer:
+        return observe_event
+
+    def is_stream(self, result: Any) -> bool:
+        return isinstance(result, (_streaming.Stream, _streaming.AsyncStream))
+
+
+_PUBLIC_METHODS = (
+    ("anthropic.resources.messages.messages", "Messages.create"),
+    ("anthropic.resources.messages.messages", "Messages.parse"),
+    ("anthropic.resources.messages.messages", "Messages.count_tokens"),
+    ("anthropic.resources.messages.messages", "AsyncMessages.create"),
+    ("anthropic.resources.messages.messages", "AsyncMessages.parse"),
+    ("anthropic.resources.messages.messages", "AsyncMessages.count_tokens"),
+    ("anthropic.resources.beta.messages.messages", "Messages.create"),
+    ("anthropic.resources.beta.messages.messages", "Messages.parse"),
+    ("anthropic.resources.beta.messages.messages", "Messages.count_tokens"),
+    ("anthropic.resources.beta.messages.messages", "AsyncMessages.create"),
+    ("anthropic.resources.beta.messages.messages", "AsyncMessages.parse"),
+    ("anthropic.resources.beta.messages.messages", "AsyncMessages.count_tokens"),
+    # The stream helpers send their request when their context manager is entered.
+    ("anthropic.lib.streaming._messages", "MessageStreamManager.__enter__"),
+    ("anthropic.lib.streaming._messages", "AsyncMessageStreamManager.__aenter__"),
+    ("anthropic.lib.streaming._beta_messages", "BetaMessageStreamManager.__enter__"),
+    ("anthropic.lib.streaming._beta_messages", "BetaAsyncMessageStreamManager.__aenter__"),
+)
+
+
+def patch(patches: Patches, recorder: Recorder, provider_of: common.ProviderResolver) -> bool:
+    """Install the anthropic hooks; False (with a warning) when the installed SDK is unsupported."""
+    if not common.check_version("anthropic", SUPPORTED):
+        return False
+    global _streaming
+    from anthropic import _streaming
+
+    hooks = AnthropicHooks(recorder, provider_of)
+    ok = patches.wrap("anthropic._base_client", "SyncAPIClient.request", hooks.request)
+    ok = patches.wrap("anthropic._base_client", "AsyncAPIClient.request", hooks.request_async) and ok
+    ok = patches.wrap("anthropic._streaming", "Stream.__stream__", hooks.stream) and ok
+    ok = patches.wrap("anthropic._streaming", "AsyncStream.__stream__", hooks.stream_async) and ok
+    for module, path in _PUBLIC_METHODS:
+        is_async = path.startswith(("Async", "BetaAsync")) or path.endswith("__aenter__")
+        patches.wrap(module, path, common.stamp_start_async if is_async else common.stamp_start)
+    if not ok:
+        warn(
+            "the installed anthropic SDK does not have the internals firsttoken hooks "
+            "(_base_client.SyncAPIClient.request, _streaming.Stream.__stream__); anthropic calls are not measured"
+        )
+    return ok
