@@ -19,7 +19,7 @@ from opentelemetry.util.types import AttributeValue
 
 from . import semconv as sc
 from .config import Settings
-from .timeline import STREAM_TEXT_KEY, Timeline
+from .timeline import STREAM_TEXT_KEY, Timeline, turn_bucket
 
 log = logging.getLogger("firsttoken")
 
@@ -95,6 +95,32 @@ class Recorder:
         self._reasoning_tokens = meter.create_counter(
             sc.M_REASONING_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Reasoning output tokens."
         )
+        self._finish_reasons = meter.create_counter(
+            sc.M_FINISH_REASONS, unit="{call}", description="Calls by finish reason (length: stopped by max_tokens)."
+        )
+        self._sdk_clients = meter.create_counter(
+            sc.M_SDK_CLIENTS, unit="{client}", description="SDK client instances seen making their first call."
+        )
+        self._prefix_input = meter.create_counter(
+            sc.M_PREFIX_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens by prompt-prefix hash."
+        )
+        self._prefix_cache_read = meter.create_counter(
+            sc.M_PREFIX_CACHE_READ_INPUT_TOKENS,
+            unit=sc.UNIT_TOKENS,
+            description="Cached input tokens by prompt-prefix hash.",
+        )
+        self._conversation_input = meter.create_histogram(
+            sc.M_CONVERSATION_INPUT_TOKENS,
+            unit=sc.UNIT_TOKENS,
+            description="Input tokens per call by conversation turn: context growth.",
+            explicit_bucket_boundaries_advisory=sc.TOKEN_BUCKETS,
+        )
+        self._conversation_ttft = meter.create_histogram(
+            sc.M_CONVERSATION_TTFT,
+            unit=sc.UNIT_SECONDS,
+            description="Time to first token by conversation turn: what context growth costs.",
+            explicit_bucket_boundaries_advisory=sc.TTFT_BUCKETS,
+        )
         self._action_duration = meter.create_histogram(
             sc.M_ACTION_DURATION,
             unit=sc.UNIT_SECONDS,
@@ -165,6 +191,12 @@ class Recorder:
             attrs[sc.GEN_AI_CONVERSATION_ID] = tl.conversation_id
         if tl.traffic_class:
             attrs[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
+        if tl.prefix_hash:
+            attrs[sc.FT_PREFIX_HASH] = tl.prefix_hash
+        if tl.conversation_turn is not None:
+            attrs[sc.FT_CONVERSATION_TURN] = tl.conversation_turn
+        if tl.new_client:
+            attrs[sc.FT_SDK_CLIENT_NEW] = True
         if tl.response_id:
             attrs[sc.GEN_AI_RESPONSE_ID] = tl.response_id
         if tl.response_model:
@@ -313,6 +345,30 @@ class Recorder:
             self._output_tokens.add(tl.output_tokens, attrs, context=ctx)
             if tl.reasoning_tokens:
                 self._reasoning_tokens.add(tl.reasoning_tokens, attrs, context=ctx)
+        self._lever_metrics(tl, attrs, ctx)
+
+    def _lever_metrics(self, tl: Timeline, attrs: dict[str, AttributeValue], ctx: Any) -> None:
+        """The signals behind latency levers: stop reasons, prefixes, context growth, client reuse."""
+        base: dict[str, AttributeValue] = {
+            k: v
+            for k, v in attrs.items()
+            if k in (sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_REQUEST_MODEL, sc.FT_TRAFFIC_CLASS)
+        }
+        for reason in tl.finish_reasons.values():
+            self._finish_reasons.add(1, {**base, sc.FT_FINISH_REASON: reason}, context=ctx)
+        if tl.new_client:
+            self._sdk_clients.add(1, base, context=ctx)
+        if tl.prefix_hash and tl.input_tokens is not None:
+            prefixed = {**base, sc.FT_PREFIX_HASH: tl.prefix_hash}
+            self._prefix_input.add(tl.input_tokens, prefixed, context=ctx)
+            self._prefix_cache_read.add(tl.cache_read_tokens or 0, prefixed, context=ctx)
+        if tl.conversation_turn is not None:
+            turns = {**base, sc.FT_CONVERSATION_TURNS: turn_bucket(tl.conversation_turn)}
+            if tl.input_tokens is not None:
+                self._conversation_input.record(tl.input_tokens, turns, context=ctx)
+            ttft = tl.time_to_first_token_s
+            if ttft is not None:
+                self._conversation_ttft.record(ttft, turns, context=ctx)
 
     # -- application actions and phases (firsttoken.action / firsttoken.phase) --------------
 

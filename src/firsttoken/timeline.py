@@ -34,6 +34,7 @@ class Timeline:
         "chunk_gaps",
         "closed_ns",
         "conversation_id",
+        "conversation_turn",
         "embedding_dimensions",
         "end_ns",
         "end_reason",
@@ -47,10 +48,12 @@ class Timeline:
         "input_tokens",
         "last_chunk_ns",
         "last_token_ns",
+        "new_client",
         "on_close",
         "on_finish",
         "operation",
         "output_tokens",
+        "prefix_hash",
         "provider",
         "reasoning_tokens",
         "request",
@@ -124,6 +127,9 @@ class Timeline:
         self.embedding_dimensions: int | None = None
         self.conversation_id: str | None = None
         self.traffic_class: str | None = None
+        self.prefix_hash: str | None = None
+        self.conversation_turn: int | None = None
+        self.new_client = False
         self.action: Any = None
         """The ``firsttoken.action`` the call was made in (an ``app.ActionState``), if any."""
         self.error_type: str | None = None
@@ -198,3 +204,11 @@ class Timeline:
             f"<Timeline {self.provider} {self.operation} {self.request_model!r} stream={self.stream} "
             f"ttft={self.time_to_first_token_s} duration={self.duration_s} end={self.end_reason}>"
         )
+
+
+def turn_bucket(turn: int) -> str:
+    """A conversation turn as a low-cardinality label: 1, 2-3, 4-7, 8-15, 16-31, 32+."""
+    for upper, label in ((1, "1"), (3, "2-3"), (7, "4-7"), (15, "8-15"), (31, "16-31")):
+        if turn <= upper:
+            return label
+    return "32+"

@@ -27,6 +27,7 @@ from ..streams import Observer, end_on_exception, observe_async, observe_sync, w
 from ..timeline import Timeline
 from ..transport import call_for_response, register_response
 from . import _common as common
+from . import _levers as levers
 
 log = logging.getLogger("firsttoken")
 
@@ -42,6 +43,8 @@ class CallDescription:
     request: dict[str, Any] = field(default_factory=dict)
     content: Callable[[], dict[str, str]] | None = None
     """Builds the captured input content; only called when content capture is on."""
+    prefix: tuple[Any, ...] = ()
+    """The stable prompt prefix (instructions, tool definitions), hashed for cache diagnostics."""
 
 
 class CallHooks:
@@ -95,6 +98,11 @@ class CallHooks:
             tl.traffic_class = TRAFFIC_CLASS.get()
             tl.conversation_id = CONVERSATION_ID.get()
             tl.action = CURRENT_ACTION.get()
+            if what.prefix:
+                tl.prefix_hash = levers.prefix_hash(what.prefix)
+            if tl.conversation_id is not None:
+                tl.conversation_turn = levers.conversation_turn(tl.conversation_id)
+            tl.new_client = levers.client_seen(instance, self.provider)
             tl.request = what.request
             settings = self.recorder.settings
             if settings.chunk_metrics and what.stream:

@@ -161,6 +161,9 @@ class AnthropicHooks(CallHooks):
             stream=stream and operation == sc.OP_CHAT,
             request=_request_attributes(body) if operation == sc.OP_CHAT else {},
             content=lambda: _input_content(body),
+            prefix=()
+            if body.get("system") is None and body.get("tools") is None
+            else (body.get("system"), body.get("tools")),
         )
 
     def read_result(self, tl: Timeline, result: Any) -> None:

@@ -112,6 +112,22 @@ def _input_content(operation: str, api_type: str | None, body: Mapping[str, Any]
     return out
 
 
+def _prefix(api_type: str | None, body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The part of the prompt a provider can cache across calls: instructions and tools."""
+    tools = body.get("tools")
+    if api_type == _API_RESPONSES:
+        instructions = body.get("instructions")
+        return () if instructions is None and tools is None else (instructions, tools)
+    messages = body.get("messages")
+    leading: list[Any] = []
+    if isinstance(messages, list):
+        for message in messages:
+            if not isinstance(message, Mapping) or message.get("role") not in ("system", "developer"):
+                break
+            leading.append(message.get("content"))
+    return () if not leading and tools is None else (leading, tools)
+
+
 # -- reading results (models or, for raw responses, plain dicts) -----------------------------
 
 g = common.get
@@ -321,6 +337,7 @@ class OpenAIHooks(CallHooks):
             api_type=api_type,
             request=_request_attributes(body),
             content=lambda: _input_content(operation, api_type, body),
+            prefix=_prefix(api_type, body),
         )
 
     def read_result(self, tl: Timeline, result: Any) -> None:

@@ -1,0 +1,104 @@
+"""Signals behind the latency levers an app can pull: cache-friendly prefixes, context growth,
+client reuse. Each keeps bounded state, so a misbehaving app cannot grow memory or cardinality."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import weakref
+from collections import OrderedDict
+from functools import partial
+from typing import Any
+
+from .. import semconv as sc
+from ..config import warn
+
+MAX_PREFIXES = 64
+"""Distinct prefix hashes kept as a metric dimension; later ones are reported as ``_OTHER``."""
+MAX_CONVERSATIONS = 4096
+"""Conversations whose turn count is remembered (least recently used are forgotten)."""
+PER_CALL_CLIENT_WARNING_AFTER = 5
+"""Warn once this many SDK clients were dropped after a single call."""
+
+_lock = threading.Lock()
+_prefixes: set[str] = set()
+_conversations: OrderedDict[str, int] = OrderedDict()
+_clients: dict[int, list[Any]] = {}
+"""id(client) -> [calls, weak reference]; an entry leaves when its client is collected."""
+_dropped_after_one_call = 0
+_warned_clients = False
+
+
+def prefix_hash(parts: tuple[Any, ...]) -> str:
+    """12 hex characters of BLAKE2b over the canonical JSON of the prefix; never the text itself."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    digest = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+    with _lock:
+        if digest in _prefixes:
+            return digest
+        if len(_prefixes) < MAX_PREFIXES:
+            _prefixes.add(digest)
+            return digest
+    return sc.PREFIX_OTHER
+
+
+def conversation_turn(conversation_id: str) -> int:
+    with _lock:
+        turn = _conversations.pop(conversation_id, 0) + 1
+        _conversations[conversation_id] = turn
+        if len(_conversations) > MAX_CONVERSATIONS:
+            _conversations.popitem(last=False)
+    return turn
+
+
+def _dropped(key: int, entry: list[Any], _ref: Any) -> None:
+    # Runs when the client is collected, maybe inside the garbage collector: no locks here.
+    global _dropped_after_one_call
+    _clients.pop(key, None)
+    if entry[0] == 1:
+        _dropped_after_one_call += 1
+
+
+def client_seen(client: Any, provider: str) -> bool:
+    """Whether this is the first call of an SDK client instance.
+
+    Warns once when clients keep being dropped after a single call: each new client has its own
+    connection pool, so every call pays DNS, TCP and TLS again.
+    """
+    global _warned_clients
+    key = id(client)
+    with _lock:
+        entry = _clients.get(key)
+        if entry is not None:
+            entry[0] += 1
+            new = False
+        else:
+            entry = [1]
+            try:
+                entry.append(weakref.ref(client, partial(_dropped, key, entry)))
+            except TypeError:  # not weak-referenceable: cannot tell
+                return False
+            _clients[key] = entry
+            new = True
+        warn_now = _dropped_after_one_call >= PER_CALL_CLIENT_WARNING_AFTER and not _warned_clients
+        if warn_now:
+            _warned_clients = True
+    if warn_now:
+        warn(
+            f"{_dropped_after_one_call} {provider} SDK clients were created, used for one call and dropped; "
+            "every new client opens new connections (DNS, TCP and TLS before the first token). "
+            "Create one client at start-up and reuse it."
+        )
+    return new
+
+
+def reset() -> None:
+    """Forget everything (tests)."""
+    global _dropped_after_one_call, _warned_clients
+    with _lock:
+        _prefixes.clear()
+        _conversations.clear()
+        _clients.clear()
+        _dropped_after_one_call = 0
+        _warned_clients = False
