@@ -23,14 +23,6 @@ from .timeline import STREAM_TEXT_KEY, Timeline, turn_bucket
 
 log = logging.getLogger("firsttoken")
 
-# A call is cut into leaf phases at these marks, in this order; a phase is named for the mark
-# that ends it. Marks a call does not have are skipped, so the phases always tile the call.
-_PHASE_MARKS: tuple[tuple[str, str], ...] = (
-    ("headers_ns", sc.PHASE_REQUEST),
-    ("first_token_ns", sc.PHASE_WAIT_FIRST_TOKEN),
-    ("last_token_ns", sc.PHASE_DECODE),
-)
-
 
 class Recorder:
     """Owns the tracer and the instruments; turns finished Timelines into telemetry."""
@@ -94,6 +86,30 @@ class Recorder:
         )
         self._reasoning_tokens = meter.create_counter(
             sc.M_REASONING_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Reasoning output tokens."
+        )
+        self._phase = meter.create_histogram(
+            sc.M_PHASE_DURATION,
+            unit=sc.UNIT_SECONDS,
+            description="Where the time of a call went, by phase (dns, tcp_connect, server_wait, decode, ...).",
+            explicit_bucket_boundaries_advisory=sc.PHASE_BUCKETS,
+        )
+        self._connections = meter.create_counter(
+            sc.M_CONNECTIONS, unit="{connection}", description="Requests by connection outcome: new or reused."
+        )
+        self._request_size = meter.create_histogram(
+            sc.M_REQUEST_BODY_SIZE,
+            unit="By",
+            description="Request body bytes as sent (after any compression the client applied).",
+            explicit_bucket_boundaries_advisory=sc.BYTES_BUCKETS,
+        )
+        self._response_size = meter.create_histogram(
+            sc.M_RESPONSE_BODY_SIZE,
+            unit="By",
+            description="Response body bytes as received (before decompression).",
+            explicit_bucket_boundaries_advisory=sc.BYTES_BUCKETS,
+        )
+        self._retries = meter.create_counter(
+            sc.M_RETRIES, unit="{retry}", description="Requests the SDK sent again (rate limits, errors)."
         )
         self._finish_reasons = meter.create_counter(
             sc.M_FINISH_REASONS, unit="{call}", description="Calls by finish reason (length: stopped by max_tokens)."
@@ -168,9 +184,11 @@ class Recorder:
             return
         try:
             self._annotate(span, tl)
+            phases = self.phases(tl)
             if self.settings.phase_spans and span.is_recording():
-                self._phase_spans(span, tl)
+                self._phase_spans(span, tl, phases)
             self._metrics(span, tl)
+            self._wire_metrics(tl, phases)
         except Exception:  # never let telemetry break the app
             log.debug("firsttoken: recording a call failed", exc_info=True)
         finally:
@@ -233,6 +251,12 @@ class Recorder:
             attrs[sc.FT_TIME_TO_RESPONSE_HEADERS] = (tl.headers_ns - tl.start_ns) / 1e9
         if tl.request_id:
             attrs[sc.FT_REQUEST_ID] = tl.request_id
+        if tl.new_connections or tl.reused_connections:
+            attrs[sc.FT_CONNECTION_REUSED] = tl.connect_ns is None
+        if tl.request_bytes is not None:
+            attrs[sc.FT_REQUEST_BODY_SIZE] = tl.request_bytes
+        if tl.response_bytes is not None:
+            attrs[sc.FT_RESPONSE_BODY_SIZE] = tl.response_bytes
         if tl.attempts:
             attrs[sc.FT_ATTEMPTS] = tl.attempts
             if tl.attempts > 1:
@@ -272,28 +296,41 @@ class Recorder:
             out[key] = value
         return out
 
-    def _phase_spans(self, span: Span, tl: Timeline) -> None:
+    @staticmethod
+    def phases(tl: Timeline) -> list[tuple[int, int, str]]:
+        """The call cut into leaf phases (start, end, name) that tile it: no gap, no overlap."""
         end_ns = tl.end_ns if tl.end_ns is not None else tl.last_observed_ns()
-        parent = trace.set_span_in_context(span)
-        at = tl.start_ns
-        cuts: list[tuple[int, str]] = []
-        for mark, phase in _PHASE_MARKS:
-            value = getattr(tl, mark)
-            if value is not None and at <= value <= end_ns:
-                cuts.append((value, phase))
-                at = value
+        cuts = list(tl.cuts)
+        if tl.first_token_ns is not None:
+            cuts.append((tl.first_token_ns, sc.PHASE_WAIT_FIRST_TOKEN))
+        if tl.last_token_ns is not None and tl.last_token_ns != tl.first_token_ns:
+            cuts.append((tl.last_token_ns, sc.PHASE_DECODE))
+        cuts.sort(key=lambda c: c[0])
         cuts.append((end_ns, sc.PHASE_FINISH))
+        out: list[tuple[int, int, str]] = []
         at = tl.start_ns
-        for cut, phase in cuts:
+        for cut, name in cuts:
+            cut = min(max(cut, at), end_ns)
+            if cut == at:
+                continue
+            if out and out[-1][2] == name:
+                out[-1] = (out[-1][0], cut, name)
+            else:
+                out.append((at, cut, name))
+            at = cut
+        return out
+
+    def _phase_spans(self, span: Span, tl: Timeline, phases: list[tuple[int, int, str]]) -> None:
+        parent = trace.set_span_in_context(span)
+        for start, end, name in phases:
             child = self.tracer.start_span(
-                sc.PHASE_SPAN_PREFIX + phase,
+                sc.PHASE_SPAN_PREFIX + name,
                 context=parent,
                 kind=SpanKind.INTERNAL,
-                attributes={sc.FT_PHASE: phase},
-                start_time=tl.wall_ns(at),
+                attributes={sc.FT_PHASE: name},
+                start_time=tl.wall_ns(start),
             )
-            child.end(end_time=tl.wall_ns(cut))
-            at = cut
+            child.end(end_time=tl.wall_ns(end))
 
     def _metrics(self, span: Span, tl: Timeline) -> None:
         ctx = trace.set_span_in_context(span)
@@ -346,6 +383,32 @@ class Recorder:
             if tl.reasoning_tokens:
                 self._reasoning_tokens.add(tl.reasoning_tokens, attrs, context=ctx)
         self._lever_metrics(tl, attrs, ctx)
+
+    def _wire_metrics(self, tl: Timeline, phases: list[tuple[int, int, str]]) -> None:
+        """Where the time went: phase durations, connection reuse, bytes on the wire."""
+        ctx = trace.set_span_in_context(tl.span)
+        base: dict[str, AttributeValue] = {sc.GEN_AI_PROVIDER_NAME: tl.provider}
+        if tl.request_model:
+            base[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
+        if tl.server_address:
+            base[sc.SERVER_ADDRESS] = tl.server_address
+        if tl.traffic_class:
+            base[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
+        totals: dict[str, int] = {}
+        for start, end, name in phases:
+            totals[name] = totals.get(name, 0) + end - start
+        for name, ns in totals.items():
+            self._phase.record(ns / 1e9, {**base, sc.FT_PHASE: name}, context=ctx)
+        if tl.new_connections:
+            self._connections.add(tl.new_connections, {**base, sc.FT_CONNECTION_OUTCOME: "new"}, context=ctx)
+        if tl.reused_connections:
+            self._connections.add(tl.reused_connections, {**base, sc.FT_CONNECTION_OUTCOME: "reused"}, context=ctx)
+        if tl.request_bytes is not None:
+            self._request_size.record(tl.request_bytes, base, context=ctx)
+        if tl.response_bytes is not None:
+            self._response_size.record(tl.response_bytes, base, context=ctx)
+        if tl.attempts > 1:
+            self._retries.add(tl.attempts - 1, base, context=ctx)
 
     def _lever_metrics(self, tl: Timeline, attrs: dict[str, AttributeValue], ctx: Any) -> None:
         """The signals behind latency levers: stop reasons, prefixes, context growth, client reuse."""

@@ -74,6 +74,17 @@ ERROR_TYPE: Final = "error.type"
 ERROR_TYPE_OTHER: Final = "_OTHER"
 HTTP_RESPONSE_STATUS_CODE: Final = "http.response.status_code"
 HTTP_REQUEST_RESEND_COUNT: Final = "http.request.resend_count"
+NETWORK_PROTOCOL_VERSION: Final = "network.protocol.version"
+TLS_PROTOCOL_NAME: Final = "tls.protocol.name"
+TLS_PROTOCOL_VERSION: Final = "tls.protocol.version"
+TLS_NEXT_PROTOCOL: Final = "tls.next_protocol"
+TLS_RESUMED: Final = "tls.resumed"
+FT_CONNECTION_REUSED: Final = "firsttoken.connection.reused"
+"""Whether the call's (last) request went over a pooled connection rather than a new one."""
+FT_CONNECTION_OUTCOME: Final = "firsttoken.connection.outcome"
+"""new or reused: a metric dimension of the connections counter."""
+FT_REQUEST_BODY_SIZE: Final = "http.request.body.size"
+FT_RESPONSE_BODY_SIZE: Final = "http.response.body.size"
 
 # --------------------------------------------------------------------------------------------
 # firsttoken attributes (what the conventions lack)
@@ -144,8 +155,23 @@ TOKEN_SOURCE_CHUNKS: Final = "chunks"
 # Child phase spans of a call: (name of the mark that ends the phase, phase name)
 # --------------------------------------------------------------------------------------------
 PHASE_SPAN_PREFIX: Final = "firsttoken "
-PHASE_REQUEST: Final = "request"
-"""Call start -> response headers: request build, connection, upload and server wait."""
+PHASE_PREPARE: Final = "prepare"
+"""Call start -> the request is handed to the HTTP client: the SDK building it."""
+PHASE_POOL_WAIT: Final = "pool_wait"
+"""Waiting for a pooled connection (or a connection slot), before connecting or sending."""
+PHASE_DNS: Final = "dns"
+PHASE_TCP_CONNECT: Final = "tcp_connect"
+PHASE_TLS_HANDSHAKE: Final = "tls_handshake"
+PHASE_CONNECT: Final = "connect"
+"""Connection set-up steps between the others (TLS start, the HTTP/2 preface)."""
+PHASE_UPLOAD: Final = "upload"
+"""Request headers and body handed to the kernel."""
+PHASE_SERVER_WAIT: Final = "server_wait"
+"""Request sent -> response headers: network round trip, server queue, prefill for non-streamed calls."""
+PHASE_DOWNLOAD: Final = "download"
+"""Response headers -> last byte, for a body read at once (non-streamed)."""
+PHASE_RETRY_WAIT: Final = "retry_wait"
+"""A failed attempt's response -> the next attempt: reading the error and the SDK's backoff."""
 PHASE_WAIT_FIRST_TOKEN: Final = "wait_first_token"
 """Response headers -> first output token (queue and prefill the server did after headers)."""
 PHASE_DECODE: Final = "decode"
@@ -171,6 +197,14 @@ M_CACHE_READ_INPUT_TOKENS: Final = "firsttoken.client.cache_read.input_tokens"
 M_CACHE_CREATION_INPUT_TOKENS: Final = "firsttoken.client.cache_creation.input_tokens"
 M_OUTPUT_TOKENS: Final = "firsttoken.client.output_tokens"
 M_REASONING_OUTPUT_TOKENS: Final = "firsttoken.client.reasoning.output_tokens"
+
+M_PHASE_DURATION: Final = "firsttoken.client.phase.duration"
+"""Seconds per call spent in each phase (attribute firsttoken.phase)."""
+M_CONNECTIONS: Final = "firsttoken.client.connections"
+"""Counter of requests by firsttoken.connection.outcome (new, reused): reuse ratio in one division."""
+M_REQUEST_BODY_SIZE: Final = "firsttoken.client.request.body.size"
+M_RESPONSE_BODY_SIZE: Final = "firsttoken.client.response.body.size"
+M_RETRIES: Final = "firsttoken.client.retries"
 
 M_FINISH_REASONS: Final = "firsttoken.client.finish_reasons"
 """Counter of calls by finish reason: calls stopped by max_tokens are {length, max_tokens}."""
@@ -206,6 +240,13 @@ TPOT_BUCKETS: Final = (
     0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
 )  # fmt: skip
 """The conventions' server TPOT buckets with a finer low end: fast models decode in 2-20 ms."""
+PHASE_BUCKETS: Final = (
+    0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+"""Phases range from sub-millisecond (a pooled connection) to a minute (decoding a long answer)."""
+BYTES_BUCKETS: Final = (
+    256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216,
+)  # fmt: skip
 TOKEN_BUCKETS: Final = (
     1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
 )  # fmt: skip

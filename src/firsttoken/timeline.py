@@ -33,8 +33,11 @@ class Timeline:
         "chunk_count",
         "chunk_gaps",
         "closed_ns",
+        "connect_ns",
         "conversation_id",
         "conversation_turn",
+        "cuts",
+        "dns_seen",
         "embedding_dimensions",
         "end_ns",
         "end_reason",
@@ -49,6 +52,7 @@ class Timeline:
         "last_chunk_ns",
         "last_token_ns",
         "new_client",
+        "new_connections",
         "on_close",
         "on_finish",
         "operation",
@@ -57,10 +61,13 @@ class Timeline:
         "provider",
         "reasoning_tokens",
         "request",
+        "request_bytes",
         "request_id",
         "request_model",
+        "response_bytes",
         "response_id",
         "response_model",
+        "reused_connections",
         "server_address",
         "server_port",
         "span",
@@ -130,6 +137,14 @@ class Timeline:
         self.prefix_hash: str | None = None
         self.conversation_turn: int | None = None
         self.new_client = False
+        self.cuts: list[tuple[int, str]] = []
+        """(time, phase that ends then), appended in time order by the hooks of this call."""
+        self.connect_ns: int | None = None
+        self.dns_seen = False
+        self.new_connections = 0
+        self.reused_connections = 0
+        self.request_bytes: int | None = None
+        self.response_bytes: int | None = None
         self.action: Any = None
         """The ``firsttoken.action`` the call was made in (an ``app.ActionState``), if any."""
         self.error_type: str | None = None
@@ -147,6 +162,10 @@ class Timeline:
             if mark is not None and mark > latest:
                 latest = mark
         return latest
+
+    def cut(self, at_ns: int, phase: str) -> None:
+        """The phase ``phase`` ends at ``at_ns`` (and the next one starts there)."""
+        self.cuts.append((at_ns, phase))
 
     def wall_ns(self, mark_ns: int) -> int:
         """Epoch nanoseconds of a perf-counter mark."""

@@ -7,10 +7,12 @@ every other request in the process passes straight through. The SDKs of today se
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from . import semconv as sc
@@ -96,18 +98,69 @@ def read_headers(tl: Timeline, headers: Mapping[str, str]) -> None:
         tl.extra[sc.FT_RETRY_AFTER] = retry_after
 
 
-# -- the httpcore trace extension --------------------------------------------------------------
+# -- the httpcore trace extension: wire phases ------------------------------------------------
 
-_HEADERS_DONE = "receive_response_headers.complete"
+# While a connection is being opened for a call, the DNS hooks know which call it is.
+CONNECTING: ContextVar[Timeline | None] = ContextVar("firsttoken_connecting", default=None)
+
+
+def _tls_facts(tl: Timeline, stream: Any) -> None:
+    ssl_object = stream.get_extra_info("ssl_object")
+    if ssl_object is None:
+        return
+    version = ssl_object.version()
+    if version:
+        name, _, number = version.partition("v")
+        tl.extra[sc.TLS_PROTOCOL_NAME] = name.lower()
+        tl.extra[sc.TLS_PROTOCOL_VERSION] = number or version
+    alpn = ssl_object.selected_alpn_protocol()
+    if alpn:
+        tl.extra[sc.TLS_NEXT_PROTOCOL] = alpn
+    tl.extra[sc.TLS_RESUMED] = bool(ssl_object.session_reused)
+
+
+def on_event(tl: Timeline, event: str, info: dict[str, Any]) -> None:
+    """One httpcore trace event of one of the call's requests -> cuts and facts."""
+    now = time.perf_counter_ns()
+    kind = event.rpartition(".")[0].rpartition(".")[2]  # "connection.connect_tcp.started" -> "connect_tcp"
+    step = event.rpartition(".")[2]
+    if kind == "connect_tcp" or kind == "connect_unix_socket":
+        if step == "started":
+            tl.connect_ns = now
+            tl.dns_seen = False
+            CONNECTING.set(tl)
+            return
+        CONNECTING.set(None)
+        if not tl.dns_seen and tl.connect_ns is not None:
+            tl.cut(tl.connect_ns, sc.PHASE_POOL_WAIT)
+        if step == "complete":
+            tl.cut(now, sc.PHASE_TCP_CONNECT)
+            tl.new_connections += 1
+    elif kind == "start_tls":
+        if step == "started":
+            tl.cut(now, sc.PHASE_CONNECT)
+        elif step == "complete":
+            tl.cut(now, sc.PHASE_TLS_HANDSHAKE)
+            stream = info.get("return_value")
+            if stream is not None:
+                _tls_facts(tl, stream)
+    elif kind == "send_connection_init" and step == "complete":
+        tl.cut(now, sc.PHASE_CONNECT)
+    elif kind == "send_request_headers" and step == "started":
+        tl.cut(now, sc.PHASE_CONNECT if tl.connect_ns is not None else sc.PHASE_POOL_WAIT)
+    elif kind == "send_request_body" and step == "complete":
+        tl.cut(now, sc.PHASE_UPLOAD)
+    elif kind == "receive_response_headers" and step == "complete":
+        tl.cut(now, sc.PHASE_SERVER_WAIT)
+        tl.headers_ns = now
 
 
 def _sync_tracer(tl: Timeline, chained: Callable[[str, dict[str, Any]], Any] | None) -> Callable[..., Any]:
     def trace(event: str, info: dict[str, Any]) -> Any:
         try:
-            if event.endswith(_HEADERS_DONE):
-                tl.headers_ns = time.perf_counter_ns()
-        except Exception:  # pragma: no cover - defensive: a trace callback must never raise
-            pass
+            on_event(tl, event, info)
+        except Exception:  # a trace callback must never raise: it would fail the request
+            log.debug("firsttoken: trace event %s failed", event, exc_info=True)
         return chained(event, info) if chained is not None else None
 
     trace._firsttoken = True  # type: ignore[attr-defined]
@@ -119,18 +172,53 @@ def _async_tracer(
 ) -> Callable[..., Awaitable[Any]]:
     async def trace(event: str, info: dict[str, Any]) -> Any:
         try:
-            if event.endswith(_HEADERS_DONE):
-                tl.headers_ns = time.perf_counter_ns()
-        except Exception:  # pragma: no cover
-            pass
+            on_event(tl, event, info)
+        except Exception:
+            log.debug("firsttoken: trace event %s failed", event, exc_info=True)
         return await chained(event, info) if chained is not None else None
 
     trace._firsttoken = True  # type: ignore[attr-defined]
     return trace
 
 
+# -- DNS: resolution happens inside connect_tcp; time it only for the call that is connecting --
+
+
+def _dns_started(tl: Timeline) -> None:
+    tl.dns_seen = True
+    if tl.connect_ns is not None:
+        tl.cut(time.perf_counter_ns(), sc.PHASE_POOL_WAIT)
+
+
+def _getaddrinfo(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    tl = CONNECTING.get()
+    if tl is None:
+        return wrapped(*args, **kwargs)
+    _dns_started(tl)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        tl.cut(time.perf_counter_ns(), sc.PHASE_DNS)
+
+
+async def _getaddrinfo_async(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    tl = CONNECTING.get()
+    if tl is None:
+        return await wrapped(*args, **kwargs)
+    _dns_started(tl)
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        tl.cut(time.perf_counter_ns(), sc.PHASE_DNS)
+
+
 def _before_send(tl: Timeline, request: Any, is_async: bool) -> None:
+    now = time.perf_counter_ns()
     tl.attempts += 1
+    tl.cut(now, sc.PHASE_PREPARE if tl.attempts == 1 else sc.PHASE_RETRY_WAIT)
+    tl.connect_ns = None
+    with contextlib.suppress(Exception):  # a streaming body has no length up front
+        tl.request_bytes = (tl.request_bytes or 0) + len(request.content)
     extensions = getattr(request, "extensions", None)
     if not isinstance(extensions, dict):
         return
@@ -142,8 +230,16 @@ def _before_send(tl: Timeline, request: Any, is_async: bool) -> None:
 
 def _after_send(tl: Timeline, response: Any) -> None:
     tl.status_code = response.status_code
+    if tl.connect_ns is None:
+        tl.reused_connections += 1
+    version = getattr(response, "http_version", None)
+    if version:
+        tl.extra[sc.NETWORK_PROTOCOL_VERSION] = version.partition("/")[2] or version
     read_headers(tl, response.headers)
     register_response(response, tl)
+    if response.is_closed:  # the body was read inside send (not streamed)
+        tl.cut(time.perf_counter_ns(), sc.PHASE_DOWNLOAD)
+        tl.response_bytes = (tl.response_bytes or 0) + response.num_bytes_downloaded
 
 
 def _request_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -184,7 +280,12 @@ async def _send_async(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs
 
 def _closed(response: Any) -> None:
     tl = call_for_response(response)
-    if tl is None or tl.ended or tl.on_close is None:
+    if tl is None or tl.ended:
+        return
+    if tl.response_bytes is None or tl.on_close is not None:
+        with contextlib.suppress(Exception):
+            tl.response_bytes = response.num_bytes_downloaded
+    if tl.on_close is None:
         return
     try:
         now = time.perf_counter_ns()
@@ -222,4 +323,7 @@ def patch(patches: Patches) -> list[str]:
         ok = patches.wrap(module, "Response.aclose", _aclose) and ok
         if ok:
             done.append(module)
+    if done:
+        patches.wrap("socket", "getaddrinfo", _getaddrinfo)
+        patches.wrap("anyio._core._sockets", "getaddrinfo", _getaddrinfo_async)
     return done
