@@ -81,7 +81,9 @@ def observe_sync(items: Iterator[T], tl: Timeline, observe: Observer) -> Iterato
             _observe_item(tl, observe, item, now)
             yield item
     except GeneratorExit:
-        # Only the garbage collector (or a close of this private generator) gets here.
+        # Only the garbage collector (or a close of this private generator) gets here. Closing the
+        # SDK's generator closes the response: that is not the app closing it, so detach first.
+        tl.on_close = None
         abandon(tl)
         close = getattr(items, "close", None)
         if close is not None:
@@ -103,6 +105,7 @@ async def observe_async(items: AsyncIterator[T], tl: Timeline, observe: Observer
             _observe_item(tl, observe, item, now)
             yield item
     except GeneratorExit:
+        tl.on_close = None
         abandon(tl)
         aclose = getattr(items, "aclose", None)
         if aclose is not None:

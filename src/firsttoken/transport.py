@@ -295,6 +295,29 @@ def _closed(response: Any) -> None:
         log.debug("firsttoken: response-close hook failed", exc_info=True)
 
 
+def _read_done(response: Any) -> None:
+    """A body read whole by the app (``read()``): the close inside it came before the content."""
+    tl = call_for_response(response)
+    if tl is None or tl.ended or tl.on_close is None or tl.closed_ns is None:
+        return
+    try:
+        tl.on_close(tl, response, tl.closed_ns)
+    except Exception:
+        log.debug("firsttoken: response-read hook failed", exc_info=True)
+
+
+def _read(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    result = wrapped(*args, **kwargs)
+    _read_done(instance)
+    return result
+
+
+async def _aread(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    result = await wrapped(*args, **kwargs)
+    _read_done(instance)
+    return result
+
+
 def _close(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         return wrapped(*args, **kwargs)
@@ -321,6 +344,8 @@ def patch(patches: Patches) -> list[str]:
         ok = patches.wrap(module, "AsyncClient.send", _send_async) and ok
         ok = patches.wrap(module, "Response.close", _close) and ok
         ok = patches.wrap(module, "Response.aclose", _aclose) and ok
+        ok = patches.wrap(module, "Response.read", _read) and ok
+        ok = patches.wrap(module, "Response.aread", _aread) and ok
         if ok:
             done.append(module)
     if done:

@@ -79,6 +79,9 @@ class CallHooks:
             options = args[1] if len(args) > 1 else kwargs.get("options")
             body = getattr(options, "json_data", None)
             body = body if isinstance(body, Mapping) else {}
+            extra = getattr(options, "extra_json", None)
+            if isinstance(extra, Mapping) and extra:  # extra_body= is sent merged into the body
+                body = {**body, **extra}
             stream = bool(kwargs.get("stream", False) or body.get("stream") is True)
             what = self.describe(options, body, stream)
             if what is None:
@@ -145,6 +148,8 @@ class CallHooks:
         """A raw response the app read (or dropped) by itself has been closed."""
         if not tl.stream:
             content = getattr(response, "_content", None)
+            if content is None and response.is_stream_consumed:
+                return  # closed inside read(), before the content was kept: the read hook calls again
             if content:
                 with contextlib.suppress(ValueError):
                     self.read_result(tl, json.loads(content))

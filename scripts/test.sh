@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what it needs, then lint, types and tests.
+# Usage: scripts/test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${FIRSTTOKEN_VENV:-.venv}
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "==> creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+echo "==> installing firsttoken[dev] into $VENV"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+
+# Dashboards and alert rules are tested against a real Prometheus and promtool (Debian's package).
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+    echo "==> installing Debian's prometheus (for promtool and a real Prometheus on loopback)"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    # The package may start its own service; the tests run their own instances on free ports.
+    ($SUDO service prometheus stop || $SUDO pkill -x prometheus || true) >/dev/null 2>&1
+fi
+
+echo "==> ruff"
+"$VENV/bin/ruff" check src tests benchmarks scripts
+"$VENV/bin/ruff" format --check src tests benchmarks scripts
+echo "==> mypy"
+"$VENV/bin/mypy"
+echo "==> pytest"
+"$VENV/bin/python" -m pytest -q "$@"
