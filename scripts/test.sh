@@ -16,14 +16,18 @@ echo "==> installing firsttoken[dev] into $VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 
 # Dashboards and alert rules are tested against a real Prometheus and promtool (Debian's package).
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-    echo "==> installing Debian's prometheus (for promtool and a real Prometheus on loopback)"
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1 \
+    || ! command -v amtool >/dev/null 2>&1; then
+    echo "==> installing Debian's prometheus and alertmanager (promtool, amtool, a real Prometheus on loopback)"
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-    # The package may start its own service; the tests run their own instances on free ports.
-    ($SUDO service prometheus stop || $SUDO pkill -x prometheus || true) >/dev/null 2>&1
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+        prometheus prometheus-alertmanager >/dev/null
+    # The packages may start their own services; the tests run their own instances on free ports.
+    for service in prometheus prometheus-alertmanager; do
+        ($SUDO service "$service" stop || true) >/dev/null 2>&1
+    done
 fi
 
 echo "==> ruff"

@@ -1,0 +1,238 @@
+"""Collector, compose, Tempo and Grafana provisioning, checked structurally (Docker cannot run here).
+
+No otelcol binary can be had on this machine (docs/stack.md), so `otelcol validate` is replaced by
+what it would catch that matters here: every pipeline component is defined and used, component
+types are the 2026 (v0.159) names, memory_limiter comes first, metrics are never tail-sampled or
+routed by trace id, and every host:port one file names is served by the file it points at.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+from stack_tools import DATASOURCES, ROOT, load_yaml
+
+from firsttoken import semconv as sc
+
+COLLECTOR = ROOT / "collector-config"
+SINGLE = COLLECTOR / "otelcol.yaml"
+ROUTER = COLLECTOR / "scale-out" / "router.yaml"
+SAMPLER = COLLECTOR / "scale-out" / "sampler.yaml"
+COLLECTOR_CONFIGS = [SINGLE, ROUTER, SAMPLER]
+COMPOSE = ROOT / "docker-compose.yml"
+TEMPO = ROOT / "grafana" / "tempo" / "tempo.yaml"
+
+# Component type names of collector-contrib v0.159 after the 2026 lower_snake_case renames.
+CURRENT_TYPES = {
+    "receivers": {"otlp"},
+    "processors": {"memory_limiter", "tail_sampling", "batch"},
+    "exporters": {"otlp_grpc", "otlp_http", "load_balancing", "prometheus_remote_write", "prometheus", "debug"},
+    "extensions": {"health_check"},
+    "connectors": {"span_metrics"},
+}
+# Deprecated aliases: they still load (with a warning) but will go.
+OLD_NAMES = {"otlphttp", "loadbalancing", "prometheusremotewrite", "spanmetrics", "memorylimiter", "tailsampling"}
+COLLECTOR_IMAGE = "otel/opentelemetry-collector-contrib:0.159.0"
+
+
+def compose() -> dict[str, Any]:
+    return load_yaml(COMPOSE)
+
+
+def kind(component_id: str) -> str:
+    return component_id.split("/")[0]
+
+
+def host_port(endpoint: str) -> tuple[str, int]:
+    if "://" not in endpoint:
+        endpoint = "tcp://" + endpoint
+    url = urlparse(endpoint)
+    assert url.hostname and url.port, endpoint
+    return url.hostname, url.port
+
+
+@pytest.mark.parametrize("path", COLLECTOR_CONFIGS, ids=lambda p: p.name)
+def test_collector_pipelines_are_complete_and_current(path: Path) -> None:
+    config = load_yaml(path)
+    service = config["service"]
+    used: dict[str, set[str]] = {"receivers": set(), "processors": set(), "exporters": set()}
+    for name, pipeline in service["pipelines"].items():
+        signal = name.split("/")[0]
+        assert signal in ("traces", "metrics", "logs"), name
+        assert pipeline["receivers"] and pipeline["exporters"], name
+        for section in used:
+            for component in pipeline.get(section, []):
+                assert component in (config.get(section) or {}), f"{path.name}: {name} uses undefined {component}"
+                used[section].add(component)
+        processors = pipeline.get("processors", [])
+        assert processors and processors[0] == "memory_limiter", f"{path.name}: {name}: memory_limiter must be first"
+        if signal == "metrics":
+            # Every call counts: metrics are never sampled and never routed by trace id.
+            assert not {kind(p) for p in processors} & {"tail_sampling", "probabilistic_sampler"}, name
+            assert "load_balancing" not in {kind(e) for e in pipeline["exporters"]}, name
+    for section, ids in used.items():
+        assert set(config.get(section) or {}) == ids, f"{path.name}: defined but unused {section}"
+    assert set(service["extensions"]) == set(config["extensions"])
+    for section in CURRENT_TYPES:
+        for component in config.get(section) or {}:
+            assert kind(component) not in OLD_NAMES, f"{path.name}: deprecated name {component}"
+            assert kind(component) in CURRENT_TYPES[section], f"{path.name}: unknown {section[:-1]} {component}"
+    assert host_port(config["extensions"]["health_check"]["endpoint"])[1] == 13133
+    header = path.read_text().split("\n\n")[0]
+    assert COLLECTOR_IMAGE in header, f"{path.name}: the header should name the pinned image"
+
+
+def test_tail_sampling_keeps_errors_slow_calls_and_a_baseline() -> None:
+    single = load_yaml(SINGLE)["processors"]["tail_sampling"]
+    assert load_yaml(SAMPLER)["processors"]["tail_sampling"] == single, "otelcol.yaml and sampler.yaml differ"
+    wait = int(single["decision_wait"].rstrip("s"))
+    assert wait >= 120, "decision_wait must outlast the longest streamed generation"
+    assert int(single["decision_wait_after_root_received"].rstrip("s")) < wait
+    policies = {p["type"]: p for p in single["policies"]}
+    assert policies["status_code"]["status_code"]["status_codes"] == ["ERROR"]
+    assert 0 < policies["probabilistic"]["probabilistic"]["sampling_percentage"] < 100
+    assert policies["latency"]["latency"]["threshold_ms"] >= 10_000
+    conditions = [c for p in single["policies"] if p["type"] == "ottl_condition" for c in p["ottl_condition"]["span"]]
+    keys = {m for c in conditions for m in re.findall(r'attributes\["([^"]+)"\]', c)}
+    # The TTFT / decode policies read span attributes firsttoken really sets.
+    assert keys == {sc.FT_TIME_TO_FIRST_TOKEN, sc.FT_TIME_PER_OUTPUT_TOKEN}
+
+
+def test_scale_out_routes_traces_by_trace_id_to_the_samplers() -> None:
+    router = load_yaml(ROUTER)
+    sampler = load_yaml(SAMPLER)
+    lb = router["exporters"]["load_balancing"]
+    assert lb["routing_key"] == "traceID"
+    assert router["service"]["pipelines"]["traces"]["exporters"] == ["load_balancing"]
+    assert "tail_sampling" not in router.get("processors", {}), "the routing tier is stateless"
+    port = lb["resolver"]["dns"]["port"]
+    assert host_port(sampler["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"])[1] == port
+    assert set(sampler["service"]["pipelines"]) == {"traces"}
+    assert router["exporters"]["otlp_http/prometheus"] == load_yaml(SINGLE)["exporters"]["otlp_http/prometheus"]
+    assert sampler["exporters"]["otlp_grpc/tempo"] == load_yaml(SINGLE)["exporters"]["otlp_grpc/tempo"]
+
+
+def test_compose_images_are_pinned() -> None:
+    services = compose()["services"]
+    for name, service in services.items():
+        image = service["image"]
+        repo, _, tag = image.rpartition(":")
+        assert repo and re.fullmatch(r"v?\d+\.\d+(\.\d+)?(-[a-z0-9]+)*", tag), f"{name}: unpinned image {image}"
+    assert services["otelcol"]["image"] == COLLECTOR_IMAGE
+
+
+def test_compose_mounts_exist_and_commands_point_at_them() -> None:
+    services = compose()["services"]
+    named = set(compose().get("volumes", {}))
+    mounts: dict[str, dict[str, Path]] = {}
+    for name, service in services.items():
+        mounts[name] = {}
+        for volume in service.get("volumes", []):
+            source, target = volume.split(":")[:2]
+            if source in named:
+                continue
+            path = (ROOT / source).resolve()
+            assert path.exists(), f"{name}: {source} does not exist"
+            mounts[name][target] = path
+    assert mounts["otelcol"]["/etc/otelcol/config.yaml"] == SINGLE
+    assert "--config=/etc/otelcol/config.yaml" in services["otelcol"]["command"]
+    prom = services["prometheus"]["command"]
+    assert "--web.enable-otlp-receiver" in prom and "--enable-feature=exemplar-storage" in prom
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prom
+    assert mounts["prometheus"]["/etc/prometheus/rules"] == ROOT / "prometheus" / "rules"
+    assert load_yaml(ROOT / "prometheus" / "prometheus.yml")["rule_files"] == ["/etc/prometheus/rules/*.yml"]
+    assert "-config.file=/etc/tempo/tempo.yaml" in services["tempo"]["command"]
+    assert mounts["tempo"]["/etc/tempo/tempo.yaml"] == TEMPO
+    am = services["alertmanager"]
+    assert mounts["alertmanager"]["/etc/alertmanager/alertmanager.yml"] == (
+        ROOT / "prometheus" / "alertmanager" / "alertmanager.yml"
+    )
+    assert "--config.file=/etc/alertmanager/alertmanager.yml" in am["command"]
+    # Grafana: provisioning and the dashboards folder the provider reads.
+    provider = load_yaml(ROOT / "grafana" / "provisioning" / "dashboards" / "dashboards.yaml")["providers"][0]
+    dash_dir = provider["options"]["path"]
+    assert mounts["grafana"][dash_dir] == ROOT / "grafana" / "dashboards"
+    assert mounts["grafana"]["/etc/grafana/provisioning"] == ROOT / "grafana" / "provisioning"
+    home = services["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home.startswith(dash_dir + "/") and (ROOT / "grafana" / "dashboards" / Path(home).name).exists()
+    # The load generator: the package installed from this checkout, the demo in continuous mode.
+    loadgen = services["loadgen"]
+    assert {"/src/pyproject.toml", "/src/src"} <= set(mounts["loadgen"])
+    script = " ".join(loadgen["command"])
+    assert "[all]" in script and "firsttoken demo --continuous" in script
+
+
+def published(service: dict[str, Any]) -> dict[int, int]:
+    """container port -> host port."""
+    out = {}
+    for mapping in service.get("ports", []):
+        parts = str(mapping).split(":")
+        assert parts[0] == "127.0.0.1", f"{mapping}: publish on loopback only"
+        out[int(parts[-1])] = int(parts[-2])
+    return out
+
+
+def test_ports_line_up_across_compose_collector_prometheus_tempo_and_grafana() -> None:
+    services = compose()["services"]
+    collector = load_yaml(SINGLE)
+    tempo = load_yaml(TEMPO)
+    prometheus = load_yaml(ROOT / "prometheus" / "prometheus.yml")
+    # Apps (and the load generator) reach the collector's OTLP receivers.
+    grpc = host_port(collector["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"])
+    http = host_port(collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"])
+    assert grpc[0] == http[0] == "0.0.0.0"
+    assert {grpc[1], http[1], 13133} <= set(published(services["otelcol"]))
+    env = services["loadgen"]["environment"]
+    assert host_port(env["OTEL_EXPORTER_OTLP_ENDPOINT"]) == ("otelcol", http[1])
+    assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
+    # Collector -> Tempo and Prometheus.
+    tempo_grpc = host_port(tempo["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"])
+    assert host_port(collector["exporters"]["otlp_grpc/tempo"]["endpoint"]) == ("tempo", tempo_grpc[1])
+    prom_url = urlparse(collector["exporters"]["otlp_http/prometheus"]["metrics_endpoint"])
+    assert (prom_url.hostname, prom_url.port, prom_url.path) == ("prometheus", 9090, "/api/v1/otlp/v1/metrics")
+    assert 9090 in published(services["prometheus"])
+    # Prometheus scrapes the collector's own telemetry and alerts to Alertmanager.
+    telemetry = collector["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]
+    targets = {t for job in prometheus["scrape_configs"] for sc_ in job["static_configs"] for t in sc_["targets"]}
+    assert f"otelcol:{telemetry['port']}" in targets
+    am_targets = prometheus["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert am_targets == ["alertmanager:9093"] and 9093 in published(services["alertmanager"])
+    # Grafana's datasources point at the services on their ports.
+    ds = {d["uid"]: d for d in load_yaml(DATASOURCES)["datasources"]}
+    assert host_port(ds["prometheus"]["url"]) == ("prometheus", 9090)
+    assert host_port(ds["tempo"]["url"]) == ("tempo", tempo["server"]["http_listen_port"])
+    assert host_port(ds["alertmanager"]["url"]) == ("alertmanager", 9093)
+    assert tempo["server"]["http_listen_port"] in published(services["tempo"])
+    assert 3000 in published(services["grafana"])
+
+
+def test_datasources_link_exemplars_to_tempo_and_traces_to_metrics() -> None:
+    ds = {d["uid"]: d for d in load_yaml(DATASOURCES)["datasources"]}
+    assert {ds[u]["type"] for u in ds} == {"prometheus", "tempo", "alertmanager"}
+    links = ds["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
+    # Prometheus' OTLP receiver stores the exemplar's trace id under the label trace_id.
+    assert [(link["name"], link["datasourceUid"]) for link in links] == [("trace_id", "tempo")]
+    t2m = ds["tempo"]["jsonData"]["tracesToMetrics"]
+    assert t2m["datasourceUid"] == "prometheus"
+    assert {t["key"] for t in t2m["tags"]} <= {sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_PROVIDER_NAME}
+    assert ds["prometheus"]["jsonData"]["alertmanagerUid"] == "alertmanager"
+
+
+def test_stated_image_tags_match_compose() -> None:
+    """The pinned tags named in file headers and docs are the ones compose runs."""
+    images = {s["image"] for s in compose()["services"].values()}
+    texts = {
+        "prometheus.yml": (ROOT / "prometheus" / "prometheus.yml").read_text(),
+        "alertmanager.yml": (ROOT / "prometheus" / "alertmanager" / "alertmanager.yml").read_text(),
+        "tempo.yaml": TEMPO.read_text(),
+        "docs/stack.md": (ROOT / "docs" / "stack.md").read_text(),
+    }
+    for name, text in texts.items():
+        for stated in re.findall(r"\b((?:[\w.-]+/)?[\w.-]+/[\w.-]+:v?\d+\.\d+\.\d+)", text):
+            assert stated in images, f"{name} names {stated}, compose runs {sorted(images)}"
+    for image in images - {compose()["services"]["loadgen"]["image"]}:
+        assert image in texts["docs/stack.md"], f"docs/stack.md does not state {image}"

@@ -1,0 +1,107 @@
+"""Alert and recording rules, Prometheus and Alertmanager configs, checked by the real tools."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from stack_tools import ROOT, RULE_FILES, RULES_DIR, load_yaml, need, run
+
+ALERT_TESTS = ROOT / "prometheus" / "tests" / "alerts_test.yml"
+ALERTMANAGER = ROOT / "prometheus" / "alertmanager" / "alertmanager.yml"
+
+
+def alerts() -> list[dict]:
+    return [r for g in load_yaml(RULES_DIR / "alerts.yml")["groups"] for r in g["rules"]]
+
+
+def test_promtool_check_rules() -> None:
+    promtool = need("promtool")
+    result = run([promtool, "check", "rules", *map(str, RULE_FILES)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(RULE_FILES)
+
+
+def test_promtool_unit_tests_pass() -> None:
+    promtool = need("promtool")
+    result = run([promtool, "test", "rules", str(ALERT_TESTS)], cwd=ALERT_TESTS.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_every_alert_has_for_severity_and_a_firing_and_a_quiet_unit_test() -> None:
+    tests = load_yaml(ALERT_TESTS)["tests"]
+    for rule in alerts():
+        name = rule["alert"]
+        assert rule.get("for"), f"{name} has no `for:` and would flap"
+        assert rule["labels"]["severity"] in ("warning", "critical"), name
+        cases = [c for t in tests for c in t.get("alert_rule_test", ()) if c["alertname"] == name]
+        assert any(c["exp_alerts"] for c in cases), f"no unit test shows {name} firing"
+        assert any(not c["exp_alerts"] for c in cases), f"no unit test shows {name} quiet"
+
+
+@pytest.mark.parametrize(
+    ("what", "path", "old", "new"),
+    [
+        # A looser interactive target: the TTFT p95 regression no longer fires.
+        (
+            "target",
+            "targets.yml",
+            "expr: vector(1)\n        labels: { firsttoken_traffic_class: interactive }",
+            "expr: vector(100)\n        labels: { firsttoken_traffic_class: interactive }",
+        ),
+        # No hold: the alerts fire while the tests expect them pending.
+        ("for", "alerts.yml", "for: 5m", "for: 0m"),
+        # No traffic guard: the 2-calls-a-minute model fires too.
+        ("guard", "alerts.yml", "* 300 >= 20", "* 300 >= 0"),
+    ],
+)
+def test_unit_tests_catch_a_broken_rule(tmp_path: Path, what: str, path: str, old: str, new: str) -> None:
+    """The promtool tests are not vacuous: each of these edits to the rules makes them fail."""
+    promtool = need("promtool")
+    shutil.copytree(ROOT / "prometheus", tmp_path / "prometheus")
+    target = tmp_path / "prometheus" / "rules" / path
+    text = target.read_text()
+    assert old in text, f"mutation {what!r} no longer applies: {old!r} not in {path}"
+    target.write_text(text.replace(old, new))
+    tests = tmp_path / "prometheus" / "tests" / "alerts_test.yml"
+    result = run([promtool, "test", "rules", str(tests)], cwd=tests.parent)
+    assert result.returncode != 0, f"mutation {what!r} went unnoticed:\n{result.stdout}"
+
+
+def test_prometheus_config_loads_in_promtool(tmp_path: Path) -> None:
+    """prometheus.yml minus its Prometheus-3-only `otlp:` block passes Debian's promtool 2.42."""
+    promtool = need("promtool")
+    config = load_yaml(ROOT / "prometheus" / "prometheus.yml")
+    otlp = config.pop("otlp")
+    assert otlp["translation_strategy"] == "UnderscoreEscapingWithSuffixes"
+    assert config["rule_files"] == ["/etc/prometheus/rules/*.yml"]
+    config["rule_files"] = [str(RULES_DIR / "*.yml")]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    result = run([promtool, "check", "config", str(path)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(RULE_FILES)} rule files found" in result.stdout
+
+
+def test_alertmanager_config_and_routes() -> None:
+    amtool = need("amtool")
+    result = run([amtool, "check-config", str(ALERTMANAGER)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    for labels, receiver in (
+        (["alertname=LLMErrorRatioHigh", "severity=critical"], "page"),
+        (["alertname=LLMTimeToFirstTokenP95High", "severity=warning"], "default"),
+    ):
+        routed = run([amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER}", *labels])
+        assert routed.returncode == 0, routed.stdout + routed.stderr
+        assert routed.stdout.split() == [receiver], (labels, routed.stdout)
+
+
+def test_alert_severities_have_routes() -> None:
+    """Every severity the rules use is routed on purpose (critical pages, the rest to default)."""
+    route = load_yaml(ALERTMANAGER)["route"]
+    paged = {m.split("=")[1].strip() for r in route["routes"] for m in r["matchers"] if m.startswith("severity")}
+    severities = {r["labels"]["severity"] for r in alerts()}
+    assert paged == {"critical"} and paged <= severities
