@@ -9,6 +9,7 @@ import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
 from firsttoken import semconv as sc
+from firsttoken.sim import LatencyModel, Simulator
 
 from .conftest import Telemetry
 
@@ -383,3 +384,21 @@ async def test_async_with_raw_and_streaming_response(telemetry: Telemetry, sim: 
 def test_other_endpoints_are_left_alone(telemetry: Telemetry, sim: Any) -> None:
     assert client(sim).models.list().data
     assert not telemetry.calls(), "listing models is not an LLM call"
+
+
+def test_reasoning_tokens_are_not_part_of_the_decode(telemetry: Telemetry) -> None:
+    """OpenAI reasoning tokens are spent before the first visible token: TPOT must not be diluted."""
+    latency = LatencyModel(queue_ms=1, decode_tokens_per_s=100, jitter=0, output_tokens=10)
+    with Simulator(latency=latency, seed=0) as s:
+        chunks = list(
+            client(s).chat.completions.create(
+                model="o3-mini", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+            )
+        )
+    usage = chunks[-1].usage
+    assert usage.completion_tokens_details.reasoning_tokens > 0
+    attrs = dict(telemetry.call().attributes or {})
+    assert attrs[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == usage.completion_tokens_details.reasoning_tokens
+    assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == usage.completion_tokens  # reasoning included, per the conventions
+    # 10 ms per token set; visible tokens only, so no dilution by the hidden ones (>= 9 ms, generous above).
+    assert 0.009 <= attrs[sc.FT_TIME_PER_OUTPUT_TOKEN] <= 0.030

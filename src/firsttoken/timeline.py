@@ -47,6 +47,7 @@ class Timeline:
         "finish_reasons",
         "first_chunk_ns",
         "first_token_ns",
+        "hidden_output_tokens",
         "headers_ns",
         "input_tokens",
         "last_chunk_ns",
@@ -131,6 +132,8 @@ class Timeline:
         self.cache_read_tokens: int | None = None
         self.cache_creation_tokens: int | None = None
         self.reasoning_tokens: int | None = None
+        self.hidden_output_tokens = 0
+        """Output tokens generated but never streamed (OpenAI reasoning): not part of the decode."""
         self.embedding_dimensions: int | None = None
         self.conversation_id: str | None = None
         self.traffic_class: str | None = None
@@ -187,8 +190,8 @@ class Timeline:
 
     def decode_tokens(self) -> tuple[int, str] | None:
         """Output tokens behind the decode rate and where the count came from."""
-        if self.output_tokens is not None and self.output_tokens > 0:
-            return self.output_tokens, sc.TOKEN_SOURCE_USAGE
+        if self.output_tokens is not None and self.output_tokens - self.hidden_output_tokens > 0:
+            return self.output_tokens - self.hidden_output_tokens, sc.TOKEN_SOURCE_USAGE
         if self.token_chunk_count > 0:
             return self.token_chunk_count, sc.TOKEN_SOURCE_CHUNKS
         return None

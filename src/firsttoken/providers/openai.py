@@ -157,6 +157,8 @@ def _read_usage(tl: Timeline, usage: Any) -> None:
     reasoning = g(out_details, "reasoning_tokens")
     if isinstance(reasoning, int):
         tl.reasoning_tokens = reasoning
+        # OpenAI never streams reasoning tokens: they are spent before the first visible token.
+        tl.hidden_output_tokens = reasoning
 
 
 def _read_identity(tl: Timeline, obj: Any) -> None:
