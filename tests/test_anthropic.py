@@ -119,7 +119,11 @@ def test_thinking_and_tool_deltas_count_as_output(telemetry: Telemetry, sim: Any
     assert telemetry.call().attributes[sc.FT_TIME_TO_FIRST_TOKEN] > 0
     telemetry.exporter.clear()
     tools = [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
-    list(c.messages.create(model=MODEL, max_tokens=256, messages=MESSAGES, tools=tools, tool_choice={"type": "any"}, stream=True))
+    list(
+        c.messages.create(
+            model=MODEL, max_tokens=256, messages=MESSAGES, tools=tools, tool_choice={"type": "any"}, stream=True
+        )
+    )
     attrs = telemetry.call().attributes
     assert attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_use",)
     assert attrs[sc.FT_TIME_TO_FIRST_TOKEN] > 0
@@ -272,9 +276,11 @@ def test_server_drops_connection_mid_stream(telemetry: Telemetry, slow_sim: Any)
 
 def test_overloaded_error_event_mid_stream(telemetry: Telemetry, slow_sim: Any) -> None:
     slow_sim.inject(Fault.error_event(after_chunks=4))
-    with pytest.raises(anthropic.APIStatusError) as caught:
-        with client(slow_sim).messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as stream:
-            stream.get_final_message()
+    with (
+        pytest.raises(anthropic.APIStatusError) as caught,
+        client(slow_sim).messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as stream,
+    ):
+        stream.get_final_message()
     _ended(telemetry, sc.END_ERROR, type(caught.value).__qualname__)
 
 
@@ -352,7 +358,9 @@ LONG_SYSTEM = "You are a meticulous assistant for a shipping company. " * 120
 
 
 def test_second_turn_reads_the_cache(telemetry: Telemetry) -> None:
-    with Simulator(latency=LatencyModel(queue_ms=1, decode_tokens_per_s=5000, jitter=0, output_tokens=5), seed=0) as sim:
+    with Simulator(
+        latency=LatencyModel(queue_ms=1, decode_tokens_per_s=5000, jitter=0, output_tokens=5), seed=0
+    ) as sim:
         c = client(sim)
         system = [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]
         first = c.messages.create(model=MODEL, max_tokens=32, system=system, messages=MESSAGES)
@@ -379,7 +387,9 @@ def test_second_turn_reads_the_cache(telemetry: Telemetry) -> None:
 
 
 def test_changed_system_prompt_misses_the_cache(telemetry: Telemetry) -> None:
-    with Simulator(latency=LatencyModel(queue_ms=1, decode_tokens_per_s=5000, jitter=0, output_tokens=5), seed=0) as sim:
+    with Simulator(
+        latency=LatencyModel(queue_ms=1, decode_tokens_per_s=5000, jitter=0, output_tokens=5), seed=0
+    ) as sim:
         c = client(sim)
         for prefix in ("Version one. ", "Version two. "):
             system = [{"type": "text", "text": prefix + LONG_SYSTEM, "cache_control": {"type": "ephemeral"}}]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import openai
@@ -72,7 +73,7 @@ def check_call(
     assert phases, "the call has phase spans"
     assert phases[0].start_time == span.start_time
     assert phases[-1].end_time == span.end_time
-    for a, b in zip(phases, phases[1:], strict=False):
+    for a, b in itertools.pairwise(phases):
         assert a.end_time == b.start_time
     return attrs
 
@@ -134,7 +135,9 @@ def test_chat_stream_with_usage(telemetry: Telemetry, sim: Any) -> None:
 
 def test_chat_stream_without_usage_counts_chunks(telemetry: Telemetry, sim: Any) -> None:
     chunks = list(client(sim).chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True))
-    attrs = check_call(telemetry, operation="chat", model="gpt-4o", stream=True, api_type="chat_completions", usage=False)
+    attrs = check_call(
+        telemetry, operation="chat", model="gpt-4o", stream=True, api_type="chat_completions", usage=False
+    )
     assert sc.GEN_AI_USAGE_OUTPUT_TOKENS not in attrs
     assert attrs[sc.FT_DECODE_TOKEN_SOURCE] == sc.TOKEN_SOURCE_CHUNKS
     assert attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
@@ -159,7 +162,10 @@ def test_chat_stream_tool_call_counts_as_first_token(telemetry: Telemetry, sim: 
     tools = [
         {
             "type": "function",
-            "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
         }
     ]
     chunks = list(

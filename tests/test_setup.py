@@ -91,7 +91,9 @@ def test_unsupported_sdk_version_warns_and_skips(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(openai_hooks, "SUPPORTED", ">=99")
     monkeypatch.setattr(_common, "_warned", set())
     t = Telemetry()
-    with pytest.warns(firsttoken.FirstTokenWarning, match=r"openai .* is not supported \(firsttoken supports openai>=99\)"):
+    with pytest.warns(
+        firsttoken.FirstTokenWarning, match=r"openai .* is not supported \(firsttoken supports openai>=99\)"
+    ):
         ok = firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
     try:
         assert ok is True, "anthropic, which is supported, is still instrumented"
@@ -178,7 +180,7 @@ class _Collector(http.server.ThreadingHTTPServer):
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Collector
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["content-length"]))
         if self.path == "/v1/traces":
             msg: Any = ExportTraceServiceRequest()
@@ -222,9 +224,7 @@ with Simulator(latency=LatencyModel(queue_ms=1, decode_tokens_per_s=2000, jitter
 def _run_app(tmp_path: Path, collector: _Collector, prelude: str, command: list[str]) -> None:
     script = tmp_path / "app.py"
     script.write_text(textwrap.dedent(APP.format(prelude=prelude)))
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))
-    } | {
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))} | {
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_SERVICE_NAME": "subprocess-app",
