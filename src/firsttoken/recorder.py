@@ -18,6 +18,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from . import semconv as sc
+from ._sums import SummedCounter
 from .config import Settings
 from .timeline import STREAM_TEXT_KEY, Timeline, turn_bucket
 
@@ -70,22 +71,23 @@ class Recorder:
             if settings.chunk_metrics
             else None
         )
-        self._input_tokens = meter.create_counter(
-            sc.M_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens, cached ones included."
+        self._input_tokens = SummedCounter(
+            meter, sc.M_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens, cached ones included."
         )
-        self._cache_read = meter.create_counter(
-            sc.M_CACHE_READ_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens read from cache."
+        self._cache_read = SummedCounter(
+            meter, sc.M_CACHE_READ_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens read from cache."
         )
-        self._cache_creation = meter.create_counter(
+        self._cache_creation = SummedCounter(
+            meter,
             sc.M_CACHE_CREATION_INPUT_TOKENS,
             unit=sc.UNIT_TOKENS,
             description="Input tokens written to the provider's prompt cache.",
         )
-        self._output_tokens = meter.create_counter(
-            sc.M_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Output tokens, reasoning included."
+        self._output_tokens = SummedCounter(
+            meter, sc.M_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Output tokens, reasoning included."
         )
-        self._reasoning_tokens = meter.create_counter(
-            sc.M_REASONING_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Reasoning output tokens."
+        self._reasoning_tokens = SummedCounter(
+            meter, sc.M_REASONING_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Reasoning output tokens."
         )
         self._phase = meter.create_histogram(
             sc.M_PHASE_DURATION,
@@ -93,8 +95,8 @@ class Recorder:
             description="Where the time of a call went, by phase (dns, tcp_connect, server_wait, decode, ...).",
             explicit_bucket_boundaries_advisory=sc.PHASE_BUCKETS,
         )
-        self._connections = meter.create_counter(
-            sc.M_CONNECTIONS, unit="{connection}", description="Requests by connection outcome: new or reused."
+        self._connections = SummedCounter(
+            meter, sc.M_CONNECTIONS, unit="{connection}", description="Requests by connection outcome: new or reused."
         )
         self._request_size = meter.create_histogram(
             sc.M_REQUEST_BODY_SIZE,
@@ -108,19 +110,23 @@ class Recorder:
             description="Response body bytes as received (before decompression).",
             explicit_bucket_boundaries_advisory=sc.BYTES_BUCKETS,
         )
-        self._retries = meter.create_counter(
-            sc.M_RETRIES, unit="{retry}", description="Requests the SDK sent again (rate limits, errors)."
+        self._retries = SummedCounter(
+            meter, sc.M_RETRIES, unit="{retry}", description="Requests the SDK sent again (rate limits, errors)."
         )
-        self._finish_reasons = meter.create_counter(
-            sc.M_FINISH_REASONS, unit="{call}", description="Calls by finish reason (length: stopped by max_tokens)."
+        self._finish_reasons = SummedCounter(
+            meter,
+            sc.M_FINISH_REASONS,
+            unit="{call}",
+            description="Calls by finish reason (length: stopped by max_tokens).",
         )
-        self._sdk_clients = meter.create_counter(
-            sc.M_SDK_CLIENTS, unit="{client}", description="SDK client instances seen making their first call."
+        self._sdk_clients = SummedCounter(
+            meter, sc.M_SDK_CLIENTS, unit="{client}", description="SDK client instances seen making their first call."
         )
-        self._prefix_input = meter.create_counter(
-            sc.M_PREFIX_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens by prompt-prefix hash."
+        self._prefix_input = SummedCounter(
+            meter, sc.M_PREFIX_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens by prompt-prefix hash."
         )
-        self._prefix_cache_read = meter.create_counter(
+        self._prefix_cache_read = SummedCounter(
+            meter,
             sc.M_PREFIX_CACHE_READ_INPUT_TOKENS,
             unit=sc.UNIT_TOKENS,
             description="Cached input tokens by prompt-prefix hash.",
