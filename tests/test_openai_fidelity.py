@@ -94,8 +94,8 @@ def _normalize(value: Any) -> Any:
         value = value.model_dump()
     if isinstance(value, dict):
         return {k: _normalize(v) for k, v in value.items() if k not in ("created", "created_at")}
-    if isinstance(value, list):
-        return [_normalize(v) for v in value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_normalize(v) for v in value)
     return value
 
 

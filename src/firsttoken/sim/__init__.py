@@ -1,0 +1,104 @@
+"""firsttoken's built-in latency simulator: an OpenAI- and Anthropic-compatible HTTP server.
+
+Point the real SDKs at it and get answers with exactly the latency you configured::
+
+    from firsttoken.sim import Fault, LatencyModel, Simulator
+
+    with Simulator(latency=LatencyModel(queue_ms=50, decode_tokens_per_s=50), seed=0) as sim:
+        client = openai.OpenAI(base_url=sim.openai_base_url, api_key="anything")
+        anthropic_client = anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key="anything")
+        sim.inject(Fault.rate_limit(retry_after=0.05))   # the next request gets a 429
+        ...
+        sim.requests   # what it served: path, model, tokens, cache hits, status, fault
+
+The server is asyncio + h11 (HTTP/1.1, keep-alive, chunked SSE) on its own event loop in a
+background thread, bound to 127.0.0.1 on an ephemeral port unless told otherwise; so ``with
+Simulator()`` works in sync and async tests alike. ``Simulator(ssl_context=...)`` serves TLS (ALPN
+``http/1.1``). ``close()`` cuts every connection and joins the thread.
+
+Latency model
+-------------
+Per call, measured from the moment the server has read the whole request (``t0``), with
+``LatencyModel`` (the default, or ``models={"name": ...}`` per exact model name):
+
+- **headers** at ``t0 + queue_ms`` for streams (real providers send stream headers before generating).
+  The first SSE event (the role-only chat chunk, ``response.created``, ``message_start``) follows at once.
+- **prefill** of ``prefill_ms_per_1k_tokens`` per 1000 *uncached* input tokens: cache hits cost nothing.
+- **token k** (1-based, hidden reasoning tokens first) at
+  ``t0 + queue + prefill + k / decode_tokens_per_s``. So the first visible token arrives one decode step
+  after prefill; an SSE chunk of ``chunk_tokens`` tokens goes out when its last token is due. Closing
+  events (finish reason, usage, ``[DONE]``, ``message_stop``) follow the last token at once.
+- **non-streaming** responses (headers and body) arrive whole when the last token is due.
+- ``jitter`` multiplies each component (queue, prefill, each token interval) by a lognormal factor
+  (median 1, shape ``jitter``), times ``tail_multiplier`` with probability ``tail_probability``.
+  ``jitter=0`` (or ``LatencyModel.fixed(...)``) is exact: tests rely on it.
+- Deadlines are absolute (event-loop time), so per-token pacing does not drift.
+- The answer has ``output_tokens`` tokens, cut to the request's ``max_tokens`` /
+  ``max_completion_tokens`` / ``max_output_tokens`` (finish reason ``length`` / ``max_tokens`` /
+  ``incomplete``). Reasoning models (``o`` + digit, e.g. ``o3-mini``) first spend ``reasoning_tokens``
+  hidden tokens (reported as reasoning tokens); Anthropic ``thinking`` streams them as thinking deltas.
+
+Tokens are counted by a deterministic approximation (runs of up to 4 letters, 3 digits, punctuation;
+~4 characters per token) over message text, system prompt, tool definitions and schemas; media count
+85 tokens each. Answers are made-up words; JSON when the request asks for a schema
+(``response_format``, ``text.format``, ``output_config.format``) or forces a tool, so ``.parse()``
+helpers work.
+
+Prompt caching (``CacheConfig(min_tokens=1024, block_tokens=128, ttl_s=300, enabled=True)``)
+-------------------------------------------------------------------------------------------
+Prefix hashes per model, each kept ``ttl_s`` after its last use. OpenAI: automatic, at
+``min_tokens + k * block_tokens`` boundaries; reported as ``prompt_tokens_details.cached_tokens``
+(chat, completions) and ``input_tokens_details.cached_tokens`` (responses). Anthropic: only prefixes
+ending at a ``cache_control`` breakpoint (tools, system and message blocks, or top-level
+``cache_control``) of at least ``min_tokens``; the first time they are ``cache_creation_input_tokens``,
+later ``cache_read_input_tokens``, and ``input_tokens`` is the uncached rest. Any change earlier in
+the prompt (a new system prompt) misses.
+
+Endpoints
+---------
+OpenAI (base ``sim.openai_base_url``): ``POST /v1/chat/completions`` (streaming with
+``stream_options.include_usage``, ``n`` > 1, forced tool calls with streamed arguments,
+``response_format``), ``POST /v1/responses`` (the real streaming event sequence), ``POST
+/v1/completions``, ``POST /v1/embeddings`` (float or base64, ``dimensions``), ``GET /v1/models``.
+Anthropic (base ``sim.anthropic_base_url``): ``POST /v1/messages`` (streaming with ``ping``, thinking,
+forced ``tool_use``; ``?beta=true`` accepted) and ``POST /v1/messages/count_tokens``. Headers as the
+real services send them (``x-request-id``, ``openai-processing-ms``, ``x-ratelimit-*``;
+``request-id``, ``anthropic-ratelimit-*``). Errors use each provider's JSON error shape; a request is
+treated as Anthropic's if its path is ``/v1/messages...`` or it carries ``anthropic-version``.
+
+Faults
+------
+``sim.inject(fault, times=1, path=None, model=None)`` queues a fault for the next matching request(s),
+or send the request header ``x-firsttoken-sim-fault: NAME;key=value;...``:
+
+- ``Fault.rate_limit(retry_after=1.0)`` / ``rate_limit;retry_after=0.05``: 429 at once, with
+  ``retry-after`` and ``retry-after-ms``.
+- ``Fault.server_error(status=500)`` / ``server_error;status=503``: a 5xx at once.
+- ``Fault.overloaded()`` / ``overloaded``: Anthropic 529 ``overloaded_error`` (503 for OpenAI paths).
+- ``Fault.drop_after(chunks=N)`` / ``drop_after;chunks=3``: close the TCP connection after N SSE events
+  (a non-streaming response: no response at all).
+- ``Fault.stall(after_chunks=N, seconds=S)`` / ``stall;after_chunks=2;seconds=1``: stop sending for S
+  seconds after N events; ``seconds=None`` (``seconds=none``) until the client gives up.
+- ``Fault.error_event(after_chunks=N)`` / ``error_event;after_chunks=2``: after N events, Anthropic's
+  ``event: error`` (``overloaded_error``), OpenAI's ``data: {"error": ...}`` (an ``error`` event on
+  ``/v1/responses``), then the stream ends.
+
+Replay
+------
+``Simulator(replay=[file_or_dir, ...])`` loads VCR.py cassettes (YAML; needs PyYAML). A request is
+matched by method and path, then by its parsed JSON body (an unused match first), else the first
+unused interaction on that path; paths without recordings are simulated as usual. Recorded status,
+headers (minus hop-by-hop, ``content-length`` and ``content-encoding``) and body (gzip undone) are sent
+back; SSE bodies event by event, paced by the latency model (queue before the headers, then one decode
+step per event); other bodies after the queue delay.
+
+CLI: ``python -m firsttoken.sim.cli --port 8000 --queue-ms 200 --decode-tps 40`` (see ``cli.main``).
+"""
+
+from ._cache import CacheConfig
+from ._faults import FAULT_HEADER, Fault
+from ._latency import LatencyModel
+from ._reply import Served
+from ._server import Simulator
+
+__all__ = ["FAULT_HEADER", "CacheConfig", "Fault", "LatencyModel", "Served", "Simulator"]
