@@ -77,11 +77,11 @@ class FirstTokenInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             for name, patch in (("openai", openai_hooks.patch), ("anthropic", anthropic_hooks.patch))
             if patch(patches, recorder, provider_of)
         ]
-        if sdks:
-            transport.patch(patches)
-            streams.start_worker()
-        log.debug("firsttoken: instrumented %s", ", ".join(sdks) or "nothing (no supported SDK installed)")
-        return bool(sdks)
+        # Plain httpx calls to LLM APIs are measured whether or not an SDK is installed.
+        flavours = transport.patch(patches, recorder, provider_of)
+        streams.start_worker()
+        log.debug("firsttoken: instrumented %s", ", ".join(sdks + flavours) or "nothing")
+        return bool(sdks or flavours)
 
     def _undo(self) -> None:
         if self._patches is not None:

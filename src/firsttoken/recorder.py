@@ -113,6 +113,12 @@ class Recorder:
         self._retries = SummedCounter(
             meter, sc.M_RETRIES, unit="{retry}", description="Requests the SDK sent again (rate limits, errors)."
         )
+        self._server_timing = meter.create_histogram(
+            sc.M_SERVER_TIMING,
+            unit=sc.UNIT_SECONDS,
+            description="Provider-reported server time by phase (queue, prompt, completion, processing).",
+            explicit_bucket_boundaries_advisory=sc.PHASE_BUCKETS,
+        )
         self._finish_reasons = SummedCounter(
             meter,
             sc.M_FINISH_REASONS,
@@ -276,6 +282,12 @@ class Recorder:
             attrs[sc.ERROR_TYPE] = tl.error_type
             span.set_status(Status(StatusCode.ERROR, tl.error_type))
         span.set_attributes(attrs)
+        if len(tl.attempt_log) > 1:  # retries: each attempt's outcome, when it came back
+            for number, (at_ns, status) in enumerate(tl.attempt_log, start=1):
+                event: dict[str, AttributeValue] = {sc.FT_ATTEMPT: number}
+                if status is not None:
+                    event[sc.HTTP_RESPONSE_STATUS_CODE] = status
+                span.add_event(sc.EVENT_ATTEMPT, event, timestamp=tl.wall_ns(at_ns))
 
     def _content(self, capture: dict[str, str]) -> dict[str, AttributeValue]:
         out: dict[str, AttributeValue] = {}
@@ -415,6 +427,8 @@ class Recorder:
             self._response_size.record(tl.response_bytes, base, context=ctx)
         if tl.attempts > 1:
             self._retries.add(tl.attempts - 1, base, context=ctx)
+        for phase, seconds in tl.server_timing.items():
+            self._server_timing.record(seconds, {**base, sc.FT_SERVER_TIMING_PHASE: phase}, context=ctx)
 
     def _lever_metrics(self, tl: Timeline, attrs: dict[str, AttributeValue], ctx: Any) -> None:
         """The signals behind latency levers: stop reasons, prefixes, context growth, client reuse."""

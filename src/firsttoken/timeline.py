@@ -26,6 +26,7 @@ class Timeline:
     __slots__ = (
         "action",
         "api_type",
+        "attempt_log",
         "attempts",
         "cache_creation_tokens",
         "cache_read_tokens",
@@ -71,6 +72,7 @@ class Timeline:
         "reused_connections",
         "server_address",
         "server_port",
+        "server_timing",
         "span",
         "start_ns",
         "start_wall_ns",
@@ -140,6 +142,10 @@ class Timeline:
         self.prefix_hash: str | None = None
         self.conversation_turn: int | None = None
         self.new_client = False
+        self.server_timing: dict[str, float] = {}
+        """Provider-reported seconds by phase (queue, prompt, completion, processing)."""
+        self.attempt_log: list[tuple[int, int | None]] = []
+        """(response time, HTTP status) of every attempt the SDK sent."""
         self.cuts: list[tuple[int, str]] = []
         """(time, phase that ends then), appended in time order by the hooks of this call."""
         self.connect_ns: int | None = None

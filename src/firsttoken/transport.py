@@ -15,9 +15,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
 from . import semconv as sc
 from ._patch import Patches
 from .context import CURRENT_CALL
+from .streams import end_on_exception, watch
 from .timeline import Timeline
 
 log = logging.getLogger("firsttoken")
@@ -72,6 +76,7 @@ def read_headers(tl: Timeline, headers: Mapping[str, str]) -> None:
     processing_ms = _float(get("openai-processing-ms"))
     if processing_ms is not None:
         tl.extra[sc.FT_SERVER_PROCESSING_TIME] = processing_ms / 1000.0
+        tl.server_timing["processing"] = processing_ms / 1000.0
     for key, names in (
         (
             sc.FT_RATELIMIT_REMAINING_REQUESTS,
@@ -230,6 +235,7 @@ def _before_send(tl: Timeline, request: Any, is_async: bool) -> None:
 
 def _after_send(tl: Timeline, response: Any) -> None:
     tl.status_code = response.status_code
+    tl.attempt_log.append((time.perf_counter_ns(), response.status_code))
     if tl.connect_ns is None:
         tl.reused_connections += 1
     version = getattr(response, "http_version", None)
@@ -246,9 +252,136 @@ def _request_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return args[0] if args else kwargs.get("request")
 
 
+# -- LLM calls made with plain httpx (no SDK) ---------------------------------------------------
+
+_direct: tuple[Any, Any] | None = None  # (Recorder, provider resolver), set by patch()
+_observed_streams: dict[str, tuple[type, type]] = {}  # httpx flavour -> (sync, async) observing streams
+
+
+def _observing_classes(module: Any) -> tuple[type, type]:
+    """Byte streams that hand each raw chunk to an SSE reader (subclasses, for httpx's type checks)."""
+
+    class ObservedSync(module.SyncByteStream):  # type: ignore[misc]
+        def __init__(self, inner: Any, reader: Any) -> None:
+            self._inner, self._reader = inner, reader
+
+        def __iter__(self) -> Any:
+            for chunk in self._inner:
+                self._reader.feed(chunk)
+                yield chunk
+
+        def close(self) -> None:
+            self._inner.close()
+
+    class ObservedAsync(module.AsyncByteStream):  # type: ignore[misc]
+        def __init__(self, inner: Any, reader: Any) -> None:
+            self._inner, self._reader = inner, reader
+
+        async def __aiter__(self) -> Any:
+            async for chunk in self._inner:
+                self._reader.feed(chunk)
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return ObservedSync, ObservedAsync
+
+
+def _start_direct(request: Any) -> tuple[Timeline, str] | None:
+    if _direct is None or request is None:
+        return None
+    try:
+        from .providers import direct
+
+        return direct.start(_direct[0], _direct[1], request)
+    except Exception:
+        log.debug("firsttoken: could not start a direct httpx call", exc_info=True)
+        return None
+
+
+def _direct_response(tl: Timeline, family: str, response: Any) -> None:
+    """After a plain-httpx LLM request was sent: end it now, or when its body has been read."""
+    from .providers import direct
+
+    if response.is_closed:
+        direct.finish_whole(tl, response, family)
+        return
+    if "text/event-stream" in response.headers.get("content-type", "") and not response.headers.get("content-encoding"):
+        reader = direct.SseReader(tl, family)
+        flavour = type(response).__module__.partition(".")[0]
+        sync_cls, async_cls = _observed_streams[flavour]
+        is_async = not hasattr(response.stream, "__iter__")
+        response.stream = (async_cls if is_async else sync_cls)(response.stream, reader)
+
+        def on_close(tl: Timeline, _response: Any, now: int) -> None:
+            tl.finish(sc.END_COMPLETED if reader.done else sc.END_CLOSED, now)
+
+        tl.on_close = on_close
+    else:
+
+        def on_close_whole(tl: Timeline, response: Any, now: int) -> None:
+            if getattr(response, "_content", None) is None and response.is_stream_consumed:
+                return  # closed inside read(), before the content was kept: the read hook calls again
+            direct.finish_whole(tl, response, family, now)
+
+        tl.on_close = on_close_whole
+    watch(response, tl)
+
+
+def _send_direct(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    started = _start_direct(_request_of(args, kwargs))
+    if started is None:
+        return wrapped(*args, **kwargs)
+    tl, family = started
+    call_token = CURRENT_CALL.set(tl)
+    ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
+    try:
+        _before_send(tl, _request_of(args, kwargs), False)
+        response = wrapped(*args, **kwargs)
+    except BaseException as exc:
+        end_on_exception(tl, exc)
+        raise
+    finally:
+        otel_context.detach(ctx_token)
+        CURRENT_CALL.reset(call_token)
+    try:
+        _after_send(tl, response)
+        _direct_response(tl, family, response)
+    except Exception:
+        log.debug("firsttoken: after-send hook failed", exc_info=True)
+    return response
+
+
+async def _send_direct_async(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    started = _start_direct(_request_of(args, kwargs))
+    if started is None:
+        return await wrapped(*args, **kwargs)
+    tl, family = started
+    call_token = CURRENT_CALL.set(tl)
+    ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
+    try:
+        _before_send(tl, _request_of(args, kwargs), True)
+        response = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        end_on_exception(tl, exc)
+        raise
+    finally:
+        otel_context.detach(ctx_token)
+        CURRENT_CALL.reset(call_token)
+    try:
+        _after_send(tl, response)
+        _direct_response(tl, family, response)
+    except Exception:
+        log.debug("firsttoken: after-send hook failed", exc_info=True)
+    return response
+
+
 def _send(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     tl = CURRENT_CALL.get()
-    if tl is None or tl.ended:
+    if tl is None:
+        return _send_direct(wrapped, args, kwargs)
+    if tl.ended:
         return wrapped(*args, **kwargs)
     try:
         _before_send(tl, _request_of(args, kwargs), False)
@@ -264,7 +397,9 @@ def _send(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, 
 
 async def _send_async(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     tl = CURRENT_CALL.get()
-    if tl is None or tl.ended:
+    if tl is None:
+        return await _send_direct_async(wrapped, args, kwargs)
+    if tl.ended:
         return await wrapped(*args, **kwargs)
     try:
         _before_send(tl, _request_of(args, kwargs), True)
@@ -332,14 +467,20 @@ async def _aclose(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: di
         _closed(instance)
 
 
-def patch(patches: Patches) -> list[str]:
-    """Patch every installed httpx flavour; returns the module names patched."""
+def patch(patches: Patches, recorder: Any = None, provider_of: Any = None) -> list[str]:
+    """Patch every installed httpx flavour; returns the module names patched.
+
+    With a recorder, LLM API requests sent with plain httpx are measured as calls too.
+    """
+    global _direct
+    _direct = (recorder, provider_of) if recorder is not None else None
     done = []
     for module in HTTPX_MODULES:
         try:
-            __import__(module)
+            imported = __import__(module)
         except ImportError:
             continue
+        _observed_streams[module] = _observing_classes(imported)
         ok = patches.wrap(module, "Client.send", _send)
         ok = patches.wrap(module, "AsyncClient.send", _send_async) and ok
         ok = patches.wrap(module, "Response.close", _close) and ok

@@ -24,6 +24,7 @@ from ..recorder import Recorder
 from ..streams import Observer
 from ..timeline import Timeline
 from . import _common as common
+from . import server_timing
 from ._hooks import CallDescription, CallHooks
 
 log = logging.getLogger("firsttoken")
@@ -195,6 +196,7 @@ def read_result(tl: Timeline, result: Any) -> None:
     """Facts from a whole (non-streamed) result of any of the four APIs."""
     _read_identity(tl, result)
     _read_usage(tl, g(result, "usage"))
+    server_timing.read(tl, result)
     if tl.api_type == _API_RESPONSES:
         reason = _responses_finish_reason(result)
         if reason:
@@ -238,6 +240,7 @@ def _delta_has_output(delta: Any) -> bool:
 
 def observe_chat_chunk(tl: Timeline, chunk: Any, now: int) -> None:
     choices = chunk.choices
+    final = not choices
     if choices:
         produced = False
         for choice in choices:
@@ -248,11 +251,14 @@ def observe_chat_chunk(tl: Timeline, chunk: Any, now: int) -> None:
                     common.append_output(tl, delta.content)
             if choice.finish_reason is not None:
                 tl.finish_reasons[choice.index] = choice.finish_reason
+                final = True
         if produced:
             _token(tl, now)
     usage = chunk.usage
     if usage is not None:
         _read_usage(tl, usage)
+    if final and chunk.model_extra:  # provider timing rides on the last chunks (Groq, Cerebras)
+        server_timing.read(tl, chunk)
     if tl.response_id is None:
         _read_identity(tl, chunk)
 

@@ -1,0 +1,212 @@
+"""LLM calls made with plain ``httpx`` (no SDK): a POST to an OpenAI- or Anthropic-style endpoint.
+
+Apps that talk to an LLM API directly (to send a compressed or binary body, say) are measured too:
+the call span starts when ``Client.send`` is called, the wire phases come from the same trace
+events, a streamed SSE body is read as it passes through the transport (first and last token,
+usage), and a whole body is read once it has arrived. Any other request is left alone.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .. import semconv as sc
+from ..recorder import Recorder
+from ..timeline import Timeline
+from . import _common as common
+from . import server_timing
+
+log = logging.getLogger("firsttoken")
+
+# (path suffix, operation, API family, openai.api.type); the most specific first.
+_ENDPOINTS = (
+    ("/v1/messages", sc.OP_CHAT, "anthropic", None),
+    ("/chat/completions", sc.OP_CHAT, "openai", "chat_completions"),
+    ("/responses", sc.OP_CHAT, "openai", "responses"),
+    ("/completions", sc.OP_TEXT_COMPLETION, "openai", None),
+    ("/embeddings", sc.OP_EMBEDDINGS, "openai", None),
+)
+
+
+def classify(request: Any) -> tuple[str, str, str | None] | None:
+    """(operation, API family, api type) of an LLM API request, else None. Cheap for any request."""
+    if request.method != "POST":
+        return None
+    path = request.url.path.rstrip("/")
+    for suffix, operation, family, api_type in _ENDPOINTS:
+        if path.endswith(suffix):
+            return operation, family, api_type
+    return None
+
+
+def _body(request: Any) -> Mapping[str, Any]:
+    try:
+        raw = request.content
+    except Exception:  # a streaming request body: nothing to read up front
+        return {}
+    try:
+        if request.headers.get("content-encoding", "").lower() == "gzip":
+            raw = gzip.decompress(raw)
+        kind = request.headers.get("content-type", "")
+        if "msgpack" in kind:
+            import msgpack  # type: ignore[import-not-found]  # only if the app sends msgpack
+
+            value = msgpack.unpackb(raw)
+        else:
+            value = json.loads(raw)
+    except Exception:
+        return {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def start(recorder: Recorder, provider_of: common.ProviderResolver, request: Any) -> tuple[Timeline, str] | None:
+    """Start the call of an LLM API request sent with plain httpx: (timeline, API family)."""
+    kind = classify(request)
+    if kind is None:
+        return None
+    operation, family, api_type = kind
+    body = _body(request)
+    model = body.get("model")
+    url = request.url
+    host = url.host or None
+    port = url.port or (443 if url.scheme == "https" else 80)
+    tl = Timeline(
+        provider=provider_of(host, family),
+        operation=operation,
+        request_model=model if isinstance(model, str) else None,
+        server_address=host,
+        server_port=port,
+        stream=body.get("stream") is True,
+        on_finish=recorder.finish,
+    )
+    tl.api_type = api_type
+    recorder.start(tl)
+    return tl, family
+
+
+# -- reading what comes back -------------------------------------------------------------------
+
+
+def _read_whole(tl: Timeline, data: Mapping[str, Any], family: str) -> None:
+    if family == "anthropic":
+        from .anthropic import read_result as read_anthropic
+
+        read_anthropic(tl, data)
+    else:
+        from .openai import read_result as read_openai
+
+        read_openai(tl, data)
+
+
+def _token(tl: Timeline, now: int) -> None:
+    if tl.first_token_ns is None:
+        tl.first_token_ns = now
+    tl.last_token_ns = now
+    tl.token_chunk_count += 1
+
+
+def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int) -> bool:
+    """One parsed SSE event; returns whether it was the stream's terminal event."""
+    from .anthropic import _read_message
+    from .anthropic import _read_usage as read_anthropic_usage
+    from .openai import _read_identity, _read_usage, _responses_finish_reason
+
+    kind = event.get("type")
+    if family == "anthropic":
+        if kind == "content_block_delta":
+            _token(tl, now)
+        elif kind == "message_start":
+            _read_message(tl, event.get("message") or {})
+        elif kind == "message_delta":
+            reason = (event.get("delta") or {}).get("stop_reason")
+            if reason:
+                tl.finish_reasons[0] = reason
+            read_anthropic_usage(tl, event.get("usage"))
+        return kind == "message_stop"
+    if isinstance(kind, str):  # Responses API events
+        if kind.endswith(".delta"):
+            _token(tl, now)
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            response = event.get("response") or {}
+            _read_identity(tl, response)
+            _read_usage(tl, response.get("usage"))
+            reason = _responses_finish_reason(response)
+            if reason:
+                tl.finish_reasons[0] = reason
+            return True
+        return False
+    produced = False
+    for choice in event.get("choices") or ():
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("tool_calls") or delta.get("refusal") or delta.get("reasoning_content"):
+            produced = True
+        if choice.get("text"):
+            produced = True
+        if choice.get("finish_reason"):
+            tl.finish_reasons[choice.get("index", 0)] = choice["finish_reason"]
+    if produced:
+        _token(tl, now)
+    if event.get("usage"):
+        _read_usage(tl, event["usage"])
+    if tl.response_id is None:
+        _read_identity(tl, event)
+    server_timing.read(tl, event)
+    return False
+
+
+class SseReader:
+    """Incremental SSE parsing of raw body bytes as the app reads them."""
+
+    __slots__ = ("_buffer", "done", "family", "tl")
+
+    def __init__(self, tl: Timeline, family: str) -> None:
+        self.tl = tl
+        self.family = family
+        self._buffer = b""
+        self.done = False
+
+    def feed(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        try:
+            now = time.perf_counter_ns()
+            self._buffer += chunk
+            *lines, self._buffer = self._buffer.split(b"\n")
+            for line in lines:
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                tl = self.tl
+                if tl.first_chunk_ns is None:
+                    tl.first_chunk_ns = now
+                tl.last_chunk_ns = now
+                if payload == b"[DONE]":
+                    self.done = True
+                    continue
+                tl.chunk_count += 1
+                event = json.loads(payload)
+                if isinstance(event, Mapping) and _observe_event(tl, self.family, event, now):
+                    self.done = True
+        except Exception:
+            log.debug("firsttoken: reading a direct SSE stream failed", exc_info=True)
+
+
+def finish_whole(tl: Timeline, response: Any, family: str, end_ns: int | None = None) -> None:
+    """A non-streamed body that has been read: its usage, then the end of the call."""
+    try:
+        content = getattr(response, "_content", None)
+        if content:
+            data = json.loads(content)
+            if isinstance(data, Mapping) and response.status_code < 400:
+                _read_whole(tl, data, family)
+    except Exception:
+        log.debug("firsttoken: reading a direct response failed", exc_info=True)
+    if response.status_code >= 400:  # the HTTP conventions' error.type for a status error
+        tl.finish(sc.END_ERROR, end_ns, error_type=str(response.status_code))
+    else:
+        tl.finish(sc.END_COMPLETED, end_ns)
