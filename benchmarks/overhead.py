@@ -1,19 +1,27 @@
-"""CPU cost firsttoken adds per call and per streamed chunk.
+"""CPU cost firsttoken adds per call and per streamed chunk, for the openai and anthropic SDKs.
 
 Method. The simulator runs in a separate process, so this process's CPU time
-(``time.process_time()``, all threads: the SDK, firsttoken, the OpenTelemetry SDK's span and metric
-work) is the client's alone. The same workload runs with and without instrumentation, interleaved,
-several rounds; the median per-call difference is firsttoken's cost. Two stream lengths separate the
-fixed cost per call from the cost per chunk: ``cost(n chunks) = per_call + n * per_chunk``.
+(``time.process_time()``: every thread, the SDK, firsttoken and the OpenTelemetry SDK's span and
+metric work) is the client's alone. The same streamed workload runs uninstrumented and under each
+configuration below, interleaved, for several rounds; the median per-call difference is the cost.
+Two stream lengths separate the fixed cost per call from the cost per chunk:
+``cost(n chunks) = per_call + n * per_chunk``.
 
-Spans go through a ``BatchSpanProcessor`` to an exporter that drops them, metrics into an
-in-memory reader: the set-up of a production app, minus the network.
+Configurations:
 
-A second, micro measurement times the per-chunk hot path alone: the stream observer around a
-generator of real ``ChatCompletionChunk`` objects, against the bare generator.
+* ``default``: every trace sampled (the worst case), spans through a ``BatchSpanProcessor`` to an
+  exporter that drops them, metrics into an in-memory reader;
+* ``no phase spans``: the same with ``phase_spans=False``;
+* ``10% sampled``: ``ParentBased(TraceIdRatioBased(0.1))``, a common production set-up;
+* ``firsttoken only``: no-op OpenTelemetry providers, so what remains is firsttoken's own code;
+* ``firsttoken only, no wire hooks``: the same with ``wire_phases=False``; the difference to the
+  line above is what the httpx/httpcore wire hooks cost.
 
-    python benchmarks/overhead.py            # full run, about a minute
-    python benchmarks/overhead.py --quick    # fewer calls, for a smoke check
+A micro measurement times the per-chunk hot path alone: the stream observer around a generator of
+real ``ChatCompletionChunk`` objects, against the bare generator.
+
+    python benchmarks/overhead.py            # full run, a few minutes
+    python benchmarks/overhead.py --quick    # fewer calls and rounds, a smoke check
 """
 
 from __future__ import annotations
@@ -22,11 +30,13 @@ import argparse
 import multiprocessing as mp
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 TARGET_PER_CALL_US = 60.0
 TARGET_PER_CHUNK_US = 3.0
+TARGET_WIRE_US = 15.0
+SHORT, LONG = 8, 256
 
 
 def _serve(conn: Any) -> None:
@@ -34,7 +44,7 @@ def _serve(conn: Any) -> None:
 
     fast = LatencyModel(queue_ms=0, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=1_000_000, jitter=0)
     with Simulator(latency=fast, seed=0) as sim:
-        conn.send(sim.openai_base_url)
+        conn.send((sim.openai_base_url, sim.anthropic_base_url))
         conn.recv()  # until the parent is done
 
 
@@ -51,8 +61,7 @@ class _DropExporter:
         return True
 
 
-def _workload(client: Any, calls: int, tokens: int) -> float:
-    """CPU seconds for `calls` streamed chat calls of `tokens` output tokens each."""
+def _openai_workload(client: Any, calls: int, tokens: int) -> float:
     messages = [{"role": "user", "content": "Benchmark me."}]
     start = time.process_time()
     for _ in range(calls):
@@ -60,60 +69,102 @@ def _workload(client: Any, calls: int, tokens: int) -> float:
             model="bench", messages=messages, max_tokens=tokens, stream=True, stream_options={"include_usage": True}
         ):
             pass
-    return time.process_time() - start
+    return (time.process_time() - start) / calls
 
 
-def end_to_end(calls: int, rounds: int) -> dict[str, float]:
-    import openai
+def _anthropic_workload(client: Any, calls: int, tokens: int) -> float:
+    messages = [{"role": "user", "content": "Benchmark me."}]
+    start = time.process_time()
+    for _ in range(calls):
+        for _event in client.messages.create(model="bench", messages=messages, max_tokens=tokens, stream=True):
+            pass
+    return (time.process_time() - start) / calls
+
+
+def _configs() -> dict[str, Callable[[], dict[str, Any]]]:
+    from opentelemetry.metrics import NoOpMeterProvider
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+    from opentelemetry.trace import NoOpTracerProvider
+
+    def sdk(sampler: Any = None) -> dict[str, Any]:
+        tracer_provider = TracerProvider(sampler=sampler) if sampler is not None else TracerProvider()
+        tracer_provider.add_span_processor(BatchSpanProcessor(_DropExporter()))  # type: ignore[arg-type]
+        return {
+            "tracer_provider": tracer_provider,
+            "meter_provider": MeterProvider(metric_readers=[InMemoryMetricReader()]),
+        }
+
+    def noop() -> dict[str, Any]:
+        return {"tracer_provider": NoOpTracerProvider(), "meter_provider": NoOpMeterProvider()}
+
+    return {
+        "default": sdk,
+        "no phase spans": lambda: {**sdk(), "phase_spans": False},
+        "10% sampled": lambda: sdk(ParentBased(TraceIdRatioBased(0.1))),
+        "firsttoken only": noop,
+        "firsttoken only, no wire hooks": lambda: {**noop(), "wire_phases": False},
+    }
+
+
+def end_to_end(calls: int, rounds: int) -> dict[str, dict[str, dict[str, float]]]:
+    """{sdk: {config: {per_call_us, per_chunk_us, baseline_us}}}"""
+    import anthropic
+    import openai
 
     import firsttoken
 
     parent, child = mp.Pipe()
     server = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
     server.start()
-    base_url = parent.recv()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(BatchSpanProcessor(_DropExporter()))  # type: ignore[arg-type]
-    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    client = openai.OpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
-    short, long_ = 8, 256
-    results: dict[tuple[bool, int], list[float]] = {(i, n): [] for i in (False, True) for n in (short, long_)}
+    openai_url, anthropic_url = parent.recv()
+    workloads = {
+        "openai": (_openai_workload, openai.OpenAI(base_url=openai_url, api_key="sk-bench", max_retries=0)),
+        "anthropic": (
+            _anthropic_workload,
+            anthropic.Anthropic(base_url=anthropic_url, api_key="sk-bench", max_retries=0),
+        ),
+    }
+    configs = _configs()
+    samples: dict[tuple[str, str, int], list[float]] = {}
     try:
-        _workload(client, 20, short)  # warm up connections, pydantic, imports
+        for run, client in workloads.values():
+            run(client, 20, SHORT)  # warm up connections, pydantic, imports
         for _ in range(rounds):
-            for instrumented in (False, True):
-                if instrumented:
-                    firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
-                for n in (short, long_):
-                    results[(instrumented, n)].append(_workload(client, calls, n) / calls)
-                if instrumented:
+            for config in (None, *configs):
+                if config is not None:
+                    firsttoken.instrument(**configs[config]())
+                for name, (run, client) in workloads.items():
+                    for n in (SHORT, LONG):
+                        samples.setdefault((name, config or "", n), []).append(run(client, calls, n))
+                if config is not None:
                     firsttoken.uninstrument()
     finally:
         parent.send("stop")
         server.join(10)
-        tracer_provider.shutdown()
-    med = {k: statistics.median(v) for k, v in results.items()}
-    added_short = med[(True, short)] - med[(False, short)]
-    added_long = med[(True, long_)] - med[(False, long_)]
-    # Chunks per call: a role chunk, one per token, a finish chunk and a usage chunk.
-    chunks_short, chunks_long = short + 3, long_ + 3
-    per_chunk = (added_long - added_short) / (chunks_long - chunks_short)
-    per_call = added_short - per_chunk * chunks_short
-    return {
-        "baseline_call_us": med[(False, short)] * 1e6,
-        "per_call_us": per_call * 1e6,
-        "per_chunk_us": per_chunk * 1e6,
-        "added_short_us": added_short * 1e6,
-        "added_long_us": added_long * 1e6,
-    }
+    # Items per stream: openai = role chunk + tokens + finish + usage; anthropic = message_start,
+    # content_block_start, tokens, content_block_stop, message_delta, message_stop (pings skipped).
+    extra = {"openai": 3, "anthropic": 5}
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name in workloads:
+        base = {n: statistics.median(samples[(name, "", n)]) for n in (SHORT, LONG)}
+        out[name] = {}
+        for config in configs:
+            added = {n: statistics.median(samples[(name, config, n)]) - base[n] for n in (SHORT, LONG)}
+            per_chunk = (added[LONG] - added[SHORT]) / (LONG - SHORT)
+            out[name][config] = {
+                "baseline_us": base[SHORT] * 1e6,
+                "per_call_us": (added[SHORT] - per_chunk * (SHORT + extra[name])) * 1e6,
+                "per_chunk_us": per_chunk * 1e6,
+            }
+    return out
 
 
-def micro_per_chunk(chunks: int = 200_000) -> dict[str, float]:
-    """The observer's own cost per chunk, with no network and no SDK parsing in the loop."""
+def micro_per_chunk(chunks: int = 200_000) -> float:
+    """The observer's own cost per chunk (µs), with no network and no SDK parsing in the loop."""
     from openai.types.chat import ChatCompletionChunk
 
     from firsttoken import semconv as sc
@@ -121,8 +172,8 @@ def micro_per_chunk(chunks: int = 200_000) -> dict[str, float]:
     from firsttoken.streams import observe_sync
     from firsttoken.timeline import Timeline
 
-    def make(i: int) -> ChatCompletionChunk:
-        return ChatCompletionChunk.model_validate(
+    items = [
+        ChatCompletionChunk.model_validate(
             {
                 "id": "c",
                 "object": "chat.completion.chunk",
@@ -131,8 +182,8 @@ def micro_per_chunk(chunks: int = 200_000) -> dict[str, float]:
                 "choices": [{"index": 0, "delta": {"content": f"t{i}"}, "finish_reason": None}],
             }
         )
-
-    items = [make(i) for i in range(1000)] * (chunks // 1000)
+        for i in range(1000)
+    ] * (chunks // 1000)
 
     def bare() -> Any:
         yield from items
@@ -148,22 +199,29 @@ def micro_per_chunk(chunks: int = 200_000) -> dict[str, float]:
     start = time.perf_counter()
     for _ in observe_sync(bare(), tl, observe_chat_chunk):
         pass
-    observed = time.perf_counter() - start
-    return {"micro_per_chunk_us": (observed - base) / len(items) * 1e6}
+    return (time.perf_counter() - start - base) / len(items) * 1e6
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls and rounds")
     args = parser.parse_args()
-    calls, rounds = (40, 3) if args.quick else (150, 5)
-    e2e = end_to_end(calls, rounds)
-    micro = micro_per_chunk(50_000 if args.quick else 200_000)
-    print(f"uninstrumented streamed call (8 tokens): {e2e['baseline_call_us']:8.1f} us CPU")
-    print(f"added per call:                          {e2e['per_call_us']:8.1f} us CPU (target < {TARGET_PER_CALL_US})")
-    print(f"added per streamed chunk (end to end):   {e2e['per_chunk_us']:8.2f} us CPU (target < {TARGET_PER_CHUNK_US})")
-    print(f"added per streamed chunk (observer):     {micro['micro_per_chunk_us']:8.2f} us")
-    print(f"added for a call of 11 / 259 chunks:     {e2e['added_short_us']:.1f} / {e2e['added_long_us']:.1f} us")
+    calls, rounds = (30, 2) if args.quick else (100, 5)
+    results = end_to_end(calls, rounds)
+    print(f"CPU added by firsttoken (median of {rounds} interleaved rounds of {calls} streamed calls)\n")
+    print(f"{'sdk':10} {'configuration':32} {'per call µs':>12} {'per chunk µs':>13}")
+    for name, configs in results.items():
+        for config, r in configs.items():
+            print(f"{name:10} {config:32} {r['per_call_us']:12.1f} {r['per_chunk_us']:13.2f}")
+        own = configs["firsttoken only"]["per_call_us"]
+        wire = own - configs["firsttoken only, no wire hooks"]["per_call_us"]
+        print(f"{name:10} {'wire hooks alone':32} {wire:12.1f}")
+        print(f"{name:10} {'(uninstrumented call)':32} {configs['default']['baseline_us']:12.1f}\n")
+    print(f"observer hot path alone: {micro_per_chunk(50_000 if args.quick else 200_000):.2f} µs per chunk")
+    print(
+        f"targets: per chunk < {TARGET_PER_CHUNK_US} µs, per call < {TARGET_PER_CALL_US} µs, "
+        f"wire hooks < {TARGET_WIRE_US} µs per call"
+    )
 
 
 if __name__ == "__main__":

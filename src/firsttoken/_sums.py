@@ -23,14 +23,14 @@ class SummedCounter:
     __slots__ = ("_lock", "_sums")
 
     def __init__(self, meter: Meter, name: str, *, unit: str, description: str) -> None:
-        self._sums: dict[tuple[tuple[str, AttributeValue], ...], float] = {}
+        self._sums: dict[frozenset[tuple[str, AttributeValue]], float] = {}
         self._lock = threading.Lock()
         meter.create_observable_counter(name, callbacks=[self._observe], unit=unit, description=description)
 
     def add(self, amount: float, attributes: Mapping[str, AttributeValue], context: Any = None) -> None:
         if amount < 0:
             return  # a counter only goes up
-        key = tuple(sorted(attributes.items()))
+        key = frozenset(attributes.items())
         with self._lock:
             self._sums[key] = self._sums.get(key, 0) + amount
 

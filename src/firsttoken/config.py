@@ -16,6 +16,7 @@ from typing import Any
 ENV_DISABLED = "FIRSTTOKEN_DISABLED"
 ENV_CHUNK_METRICS = "FIRSTTOKEN_CHUNK_METRICS"
 ENV_PHASE_SPANS = "FIRSTTOKEN_PHASE_SPANS"
+ENV_WIRE_PHASES = "FIRSTTOKEN_WIRE_PHASES"
 ENV_PROVIDER_HOSTS = "FIRSTTOKEN_PROVIDER_HOSTS"
 ENV_CONTENT_MAX_LENGTH = "FIRSTTOKEN_CONTENT_MAX_LENGTH"
 ENV_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -42,12 +43,13 @@ class Settings:
     capture_content: bool = False
     chunk_metrics: bool = False
     phase_spans: bool = True
+    wire_phases: bool = True
     provider_hosts: Mapping[str, str] = field(default_factory=dict)
     content_max_length: int = 8192
     redact: Redactor | None = None
 
 
-_OPTIONS = {"chunk_metrics", "phase_spans", "provider_hosts", "content_max_length", "redact"}
+_OPTIONS = {"chunk_metrics", "phase_spans", "wire_phases", "provider_hosts", "content_max_length", "redact"}
 
 
 def _env(name: str, environ: Mapping[str, str]) -> str | None:
@@ -171,6 +173,7 @@ def load(
         capture_content=capture,
         chunk_metrics=_bool_option("chunk_metrics", ENV_CHUNK_METRICS, opts.get("chunk_metrics"), env, False),
         phase_spans=_bool_option("phase_spans", ENV_PHASE_SPANS, opts.get("phase_spans"), env, True),
+        wire_phases=_bool_option("wire_phases", ENV_WIRE_PHASES, opts.get("wire_phases"), env, True),
         provider_hosts=hosts,
         content_max_length=max_len,
         redact=redact,

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -49,58 +49,43 @@ def register_response(response: Any, tl: Timeline) -> None:
 # -- response headers ------------------------------------------------------------------------
 
 
-def _int(value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(float(value))
-    except ValueError:
-        return None
+# Response headers worth keeping: name -> (attribute, parser). One pass over the raw headers, since
+# every lookup in an httpx Headers object scans them all.
+_HEADERS: dict[bytes, tuple[str, Callable[[str], Any]]] = {
+    b"x-request-id": ("request_id", str),
+    b"request-id": ("request_id", str),
+    b"openai-processing-ms": (sc.FT_SERVER_PROCESSING_TIME, lambda v: float(v) / 1000.0),
+    b"x-ratelimit-remaining-requests": (sc.FT_RATELIMIT_REMAINING_REQUESTS, lambda v: int(float(v))),
+    b"anthropic-ratelimit-requests-remaining": (sc.FT_RATELIMIT_REMAINING_REQUESTS, lambda v: int(float(v))),
+    b"x-ratelimit-remaining-tokens": (sc.FT_RATELIMIT_REMAINING_TOKENS, lambda v: int(float(v))),
+    b"anthropic-ratelimit-tokens-remaining": (sc.FT_RATELIMIT_REMAINING_TOKENS, lambda v: int(float(v))),
+    b"x-ratelimit-reset-requests": (sc.FT_RATELIMIT_RESET_REQUESTS, str),
+    b"anthropic-ratelimit-requests-reset": (sc.FT_RATELIMIT_RESET_REQUESTS, str),
+    b"x-ratelimit-reset-tokens": (sc.FT_RATELIMIT_RESET_TOKENS, str),
+    b"anthropic-ratelimit-tokens-reset": (sc.FT_RATELIMIT_RESET_TOKENS, str),
+    b"retry-after": (sc.FT_RETRY_AFTER, float),
+}
 
 
-def _float(value: str | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
-def read_headers(tl: Timeline, headers: Mapping[str, str]) -> None:
+def read_headers(tl: Timeline, headers: Any) -> None:
     """Facts that OpenAI- and Anthropic-style servers put in response headers."""
-    get = headers.get
-    request_id = get("x-request-id") or get("request-id")
-    if request_id:
-        tl.request_id = request_id
-    processing_ms = _float(get("openai-processing-ms"))
-    if processing_ms is not None:
-        tl.extra[sc.FT_SERVER_PROCESSING_TIME] = processing_ms / 1000.0
-        tl.server_timing["processing"] = processing_ms / 1000.0
-    for key, names in (
-        (
-            sc.FT_RATELIMIT_REMAINING_REQUESTS,
-            ("x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"),
-        ),
-        (sc.FT_RATELIMIT_REMAINING_TOKENS, ("x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining")),
-    ):
-        for name in names:
-            value = _int(get(name))
-            if value is not None:
-                tl.extra[key] = value
-                break
-    for key, names in (
-        (sc.FT_RATELIMIT_RESET_REQUESTS, ("x-ratelimit-reset-requests", "anthropic-ratelimit-requests-reset")),
-        (sc.FT_RATELIMIT_RESET_TOKENS, ("x-ratelimit-reset-tokens", "anthropic-ratelimit-tokens-reset")),
-    ):
-        for name in names:
-            raw = get(name)
-            if raw:
-                tl.extra[key] = raw
-                break
-    retry_after = _float(get("retry-after"))
-    if retry_after is not None:
-        tl.extra[sc.FT_RETRY_AFTER] = retry_after
+    raw = getattr(headers, "raw", None)
+    pairs = raw if raw is not None else [(k.encode(), v.encode()) for k, v in headers.items()]
+    for name, value in pairs:
+        known = _HEADERS.get(name.lower())
+        if known is None:
+            continue
+        key, parse = known
+        try:
+            parsed = parse(value.decode("latin-1"))
+        except ValueError:
+            continue
+        if key == "request_id":
+            tl.request_id = parsed
+        else:
+            tl.extra[key] = parsed
+            if key == sc.FT_SERVER_PROCESSING_TIME:
+                tl.server_timing["processing"] = parsed
 
 
 # -- the httpcore trace extension: wire phases ------------------------------------------------
@@ -225,7 +210,7 @@ def _before_send(tl: Timeline, request: Any, is_async: bool) -> None:
     with contextlib.suppress(Exception):  # a streaming body has no length up front
         tl.request_bytes = (tl.request_bytes or 0) + len(request.content)
     extensions = getattr(request, "extensions", None)
-    if not isinstance(extensions, dict):
+    if not _wire or not isinstance(extensions, dict):
         return
     chained = extensions.get("trace")
     if getattr(chained, "_firsttoken", False):
@@ -236,7 +221,7 @@ def _before_send(tl: Timeline, request: Any, is_async: bool) -> None:
 def _after_send(tl: Timeline, response: Any) -> None:
     tl.status_code = response.status_code
     tl.attempt_log.append((time.perf_counter_ns(), response.status_code))
-    if tl.connect_ns is None:
+    if _wire and tl.connect_ns is None:
         tl.reused_connections += 1
     version = getattr(response, "http_version", None)
     if version:
@@ -255,6 +240,7 @@ def _request_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 # -- LLM calls made with plain httpx (no SDK) ---------------------------------------------------
 
 _direct: tuple[Any, Any] | None = None  # (Recorder, provider resolver), set by patch()
+_wire = True  # whether to follow httpcore's trace events (connection set-up, upload, server wait)
 _observed_streams: dict[str, tuple[type, type]] = {}  # httpx flavour -> (sync, async) observing streams
 
 
@@ -472,8 +458,9 @@ def patch(patches: Patches, recorder: Any = None, provider_of: Any = None) -> li
 
     With a recorder, LLM API requests sent with plain httpx are measured as calls too.
     """
-    global _direct
+    global _direct, _wire
     _direct = (recorder, provider_of) if recorder is not None else None
+    _wire = recorder is None or recorder.settings.wire_phases
     done = []
     for module in HTTPX_MODULES:
         try:

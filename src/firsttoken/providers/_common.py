@@ -121,9 +121,13 @@ def own_stream(tl: Timeline, stream_obj: Any, gen: Any) -> None:
     """Hand the call to a stream: its generator ends it, or its closing, or its collection.
 
     ``gen`` is our observing generator, or None while the SDK has not started reading items.
+    Only the first stream object is watched for abandonment: the one the app holds. (anthropic
+    reads items from a private copy, which dies when its generator ends, before the call does.)
     """
+    first = tl.on_close is None
     tl.on_close = partial(_stream_closed, None if gen is None else weakref.ref(gen))
-    watch(stream_obj, tl)
+    if first:
+        watch(stream_obj, tl)
 
 
 _warned: set[str] = set()
