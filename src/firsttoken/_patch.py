@@ -42,7 +42,11 @@ class Patches:
         return True
 
     def unwrap_all(self) -> None:
-        while self._done:
+        self.unwrap_to(0)
+
+    def unwrap_to(self, mark: int) -> None:
+        """Undo the patches made since ``len(self)`` was ``mark``, newest first."""
+        while len(self._done) > mark:
             owner, attr, original = self._done.pop()
             if original is _INHERITED:
                 delattr(owner, attr)

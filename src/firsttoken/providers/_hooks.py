@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from .. import semconv as sc
+from .._patch import Patches
 from ..app import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS
+from ..config import warn
 from ..context import CALL_START, CURRENT_CALL
 from ..recorder import Recorder
 from ..streams import Observer, end_on_exception, observe_async, observe_sync, watch
@@ -208,28 +210,48 @@ class CallHooks:
             return None
         return tl
 
-    def stream(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _observe(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any], how: Any) -> Any:
         items = wrapped(*args, **kwargs)
         try:
             tl = self._stream_call(instance)
             if tl is None:
                 return items
-            gen = observe_sync(items, tl, self.observer(tl))
-            common.own_stream(tl, instance, gen)
-            return gen
+            observed = how(items, tl, self.observer(tl))
+            common.own_stream(tl, instance, observed)
+            return observed
         except Exception:
             log.debug("firsttoken: could not observe a %s stream", self.provider, exc_info=True)
             return items
 
+    def stream(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self._observe(wrapped, instance, args, kwargs, observe_sync)
+
     def stream_async(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        items = wrapped(*args, **kwargs)
-        try:
-            tl = self._stream_call(instance)
-            if tl is None:
-                return items
-            agen = observe_async(items, tl, self.observer(tl))
-            common.own_stream(tl, instance, agen)
-            return agen
-        except Exception:
-            log.debug("firsttoken: could not observe a %s stream", self.provider, exc_info=True)
-            return items
+        return self._observe(wrapped, instance, args, kwargs, observe_async)
+
+    # -- installing ------------------------------------------------------------------------
+
+    def install(self, patches: Patches, public_methods: Iterable[tuple[str, str]]) -> bool:
+        """Patch the SDK's chokepoints (all or none) and, best effort, its public methods."""
+        sdk = self.provider
+        mark = len(patches)
+        ok = all(
+            [
+                patches.wrap(f"{sdk}._base_client", "SyncAPIClient.request", self.request),
+                patches.wrap(f"{sdk}._base_client", "AsyncAPIClient.request", self.request_async),
+                patches.wrap(f"{sdk}._streaming", "Stream.__stream__", self.stream),
+                patches.wrap(f"{sdk}._streaming", "AsyncStream.__stream__", self.stream_async),
+            ]
+        )
+        if not ok:
+            patches.unwrap_to(mark)
+            warn(
+                f"the installed {sdk} SDK does not have the internals firsttoken hooks "
+                f"(_base_client.SyncAPIClient.request, _streaming.Stream.__stream__); {sdk} calls are not measured"
+            )
+            return False
+        for module, path in public_methods:
+            # Without these a call starts when the SDK sends, a little later than the app called.
+            is_async = path.startswith(("Async", "BetaAsync")) or path.endswith("__aenter__")
+            patches.wrap(module, path, common.stamp_start_async if is_async else common.stamp_start)
+        return True

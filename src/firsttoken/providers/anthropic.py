@@ -27,7 +27,6 @@ from typing import Any
 
 from .. import semconv as sc
 from .._patch import Patches
-from ..config import warn
 from ..recorder import Recorder
 from ..streams import Observer
 from ..timeline import Timeline
@@ -204,17 +203,4 @@ def patch(patches: Patches, recorder: Recorder, provider_of: common.ProviderReso
     global _streaming
     from anthropic import _streaming
 
-    hooks = AnthropicHooks(recorder, provider_of)
-    ok = patches.wrap("anthropic._base_client", "SyncAPIClient.request", hooks.request)
-    ok = patches.wrap("anthropic._base_client", "AsyncAPIClient.request", hooks.request_async) and ok
-    ok = patches.wrap("anthropic._streaming", "Stream.__stream__", hooks.stream) and ok
-    ok = patches.wrap("anthropic._streaming", "AsyncStream.__stream__", hooks.stream_async) and ok
-    for module, path in _PUBLIC_METHODS:
-        is_async = path.startswith(("Async", "BetaAsync")) or path.endswith("__aenter__")
-        patches.wrap(module, path, common.stamp_start_async if is_async else common.stamp_start)
-    if not ok:
-        warn(
-            "the installed anthropic SDK does not have the internals firsttoken hooks "
-            "(_base_client.SyncAPIClient.request, _streaming.Stream.__stream__); anthropic calls are not measured"
-        )
-    return ok
+    return AnthropicHooks(recorder, provider_of).install(patches, _PUBLIC_METHODS)

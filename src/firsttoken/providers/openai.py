@@ -19,7 +19,6 @@ from typing import Any
 
 from .. import semconv as sc
 from .._patch import Patches
-from ..config import warn
 from ..recorder import Recorder
 from ..streams import Observer
 from ..timeline import Timeline
@@ -382,17 +381,4 @@ def patch(patches: Patches, recorder: Recorder, provider_of: common.ProviderReso
     global _streaming
     from openai import _streaming
 
-    hooks = OpenAIHooks(recorder, provider_of)
-    ok = patches.wrap("openai._base_client", "SyncAPIClient.request", hooks.request)
-    ok = patches.wrap("openai._base_client", "AsyncAPIClient.request", hooks.request_async) and ok
-    ok = patches.wrap("openai._streaming", "Stream.__stream__", hooks.stream) and ok
-    ok = patches.wrap("openai._streaming", "AsyncStream.__stream__", hooks.stream_async) and ok
-    for module, path in _PUBLIC_METHODS:
-        # Best effort: without them a call starts when the SDK sends, a little later.
-        patches.wrap(module, path, common.stamp_start_async if path.startswith("Async") else common.stamp_start)
-    if not ok:
-        warn(
-            "the installed openai SDK does not have the internals firsttoken hooks "
-            "(_base_client.SyncAPIClient.request, _streaming.Stream.__stream__); openai calls are not measured"
-        )
-    return ok
+    return OpenAIHooks(recorder, provider_of).install(patches, _PUBLIC_METHODS)
