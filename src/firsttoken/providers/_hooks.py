@@ -33,6 +33,9 @@ from . import _levers as levers
 
 log = logging.getLogger("firsttoken")
 
+_OMITTED = frozenset({"Omit", "NotGiven"})
+"""The SDKs' sentinel types for an argument the app did not pass."""
+
 
 @dataclass
 class CallDescription:
@@ -84,6 +87,8 @@ class CallHooks:
             extra = getattr(options, "extra_json", None)
             if isinstance(extra, Mapping) and extra:  # extra_body= is sent merged into the body
                 body = {**body, **extra}
+            # anthropic keeps its "not given" sentinels in the body until it serializes it.
+            body = {k: v for k, v in body.items() if type(v).__name__ not in _OMITTED}
             stream = bool(kwargs.get("stream", False) or body.get("stream") is True)
             what = self.describe(options, body, stream)
             if what is None:
