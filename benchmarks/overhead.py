@@ -163,6 +163,44 @@ def end_to_end(calls: int, rounds: int) -> dict[str, dict[str, dict[str, float]]
     return out
 
 
+def httpcore_trace_cost(calls: int, rounds: int) -> float:
+    """CPU (µs per request) that httpcore itself spends when a request carries a trace callback.
+
+    A plain httpx2 POST with and without a callback that does nothing: the difference is the
+    price of the trace extension that firsttoken's wire phases are read from, before any of
+    firsttoken's own code runs.
+    """
+    import httpx2
+
+    def noop(event: str, info: dict[str, Any]) -> None:
+        pass
+
+    parent, child = mp.Pipe()
+    server = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
+    server.start()
+    openai_url, _ = parent.recv()
+    diffs = []
+    try:
+        with httpx2.Client() as client:
+            url = f"{openai_url}/chat/completions"
+            body = {"model": "bench", "messages": [{"role": "user", "content": "x"}], "max_tokens": SHORT}
+            for _ in range(20):
+                client.post(url, json=body)
+            for _ in range(rounds):
+                start = time.process_time()
+                for _ in range(calls):
+                    client.post(url, json=body)
+                plain = time.process_time() - start
+                start = time.process_time()
+                for _ in range(calls):
+                    client.post(url, json=body, extensions={"trace": noop})
+                diffs.append((time.process_time() - start - plain) / calls)
+    finally:
+        parent.send("stop")
+        server.join(10)
+    return statistics.median(diffs) * 1e6
+
+
 def micro_per_chunk(chunks: int = 200_000) -> float:
     """The observer's own cost per chunk (µs), with no network and no SDK parsing in the loop."""
     from openai.types.chat import ChatCompletionChunk
@@ -218,6 +256,10 @@ def main() -> None:
         print(f"{name:10} {'wire hooks alone':32} {wire:12.1f}")
         print(f"{name:10} {'(uninstrumented call)':32} {configs['default']['baseline_us']:12.1f}\n")
     print(f"observer hot path alone: {micro_per_chunk(50_000 if args.quick else 200_000):.2f} µs per chunk")
+    print(
+        f"httpcore's own cost of a trace callback that does nothing: "
+        f"{httpcore_trace_cost(calls * 3, rounds):.1f} µs per request"
+    )
     print(
         f"targets: per chunk < {TARGET_PER_CHUNK_US} µs, per call < {TARGET_PER_CALL_US} µs, "
         f"wire hooks < {TARGET_WIRE_US} µs per call"
