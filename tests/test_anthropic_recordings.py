@@ -21,6 +21,9 @@ from firsttoken.sim import LatencyModel, Simulator
 
 from .conftest import Telemetry
 
+# The recordings name models the SDK now calls deprecated; that warning is about the data, not us.
+pytestmark = pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
+
 RECORDED = Path(os.environ.get("FIRSTTOKEN_RECORDINGS", Path(__file__).resolve().parents[2] / "shared" / "recorded"))
 CASSETTES = sorted((RECORDED / "anthropic").glob("*.yaml"))
 
