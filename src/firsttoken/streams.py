@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
 import queue
 import threading
 import time
@@ -154,7 +155,8 @@ def _work() -> None:
 
 def start_worker() -> None:
     """Start the thread that records abandoned calls (once; outside any finalizer)."""
-    global _worker
+    global _worker, _started
+    _started = True
     with _worker_lock:
         if _worker is None or not _worker.is_alive():
             _worker = threading.Thread(target=_work, name="firsttoken-abandoned", daemon=True)
@@ -171,4 +173,14 @@ def flush_abandoned() -> None:
         _finish_abandoned(tl)
 
 
+def _after_fork() -> None:
+    # A forked child (a pre-forking web server's worker) has the queue but not the thread.
+    global _worker
+    _worker = None
+    if _started:
+        start_worker()
+
+
+_started = False
 atexit.register(flush_abandoned)
+os.register_at_fork(after_in_child=_after_fork)
