@@ -317,3 +317,83 @@ def test_wire_hooks_leave_unrelated_asyncio_dns_alone(telemetry: Telemetry) -> N
 
     assert asyncio.run(lookup())
     assert not telemetry.calls()
+
+
+# -- HTTP/2 and provider-reported server timing ------------------------------------------------------
+
+
+def test_http2_is_labelled_and_shares_one_connection(telemetry: Telemetry) -> None:
+    from firsttoken.sim.tls import test_certificates
+
+    tls = test_certificates()
+    with Simulator(latency=FAST, seed=1, ssl_context=tls.server) as sim:
+        c = openai.OpenAI(
+            base_url=_url(sim),
+            api_key="k",
+            max_retries=0,
+            http_client=openai.DefaultHttpxClient(http2=True, verify=tls.client),
+        )
+        for _ in range(2):
+            for _chunk in c.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+                pass
+        c.close()
+    first, second = telemetry.calls()
+    assert first.attributes[sc.TLS_NEXT_PROTOCOL] == "h2"
+    assert first.attributes[sc.NETWORK_PROTOCOL_VERSION] == "2"
+    assert set(_phases(telemetry, first)) >= SETUP
+    # HTTP/2 streams close without closing the connection: the second call reuses it.
+    assert second.attributes[sc.FT_CONNECTION_REUSED] is True
+    assert not SETUP & set(_phases(telemetry, second))
+    for call in (first, second):
+        _check_tiles(telemetry, call)
+
+
+async def test_http2_async_concurrent_calls(telemetry: Telemetry) -> None:
+    from firsttoken.sim.tls import test_certificates
+
+    tls = test_certificates()
+    with Simulator(latency=FAST, seed=1, ssl_context=tls.server) as sim:
+        c = openai.AsyncOpenAI(
+            base_url=_url(sim),
+            api_key="k",
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(http2=True, verify=tls.client),
+        )
+
+        async def one() -> None:
+            async for _ in await c.chat.completions.create(model="m", messages=MESSAGES, stream=True):
+                pass
+
+        await one()
+        await asyncio.gather(*(one() for _ in range(5)))
+        await c.close()
+    calls = telemetry.calls()
+    assert len(calls) == 6
+    assert all(call.attributes[sc.NETWORK_PROTOCOL_VERSION] == "2" for call in calls)
+    assert sum(1 for call in calls if not call.attributes[sc.FT_CONNECTION_REUSED]) == 1
+    for call in calls:
+        _check_tiles(telemetry, call)
+
+
+@pytest.mark.parametrize("provider", ["groq", "cerebras"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_provider_timing_splits_server_time(telemetry: Telemetry, provider: str, stream: bool) -> None:
+    latency = LatencyModel(queue_ms=60, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=100, jitter=0, output_tokens=5)
+    with Simulator(latency=latency, seed=0, provider_timing=provider) as sim:  # type: ignore[arg-type]
+        c = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+        if stream:
+            for _ in c.chat.completions.create(
+                model="m", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+            ):
+                pass
+        else:
+            c.chat.completions.create(model="m", messages=MESSAGES)
+    call = telemetry.call()
+    attrs = call.attributes
+    assert attrs[sc.FT_SERVER_TIMING_SOURCE] == provider
+    assert attrs[sc.FT_SERVER_QUEUE_TIME] == pytest.approx(0.060, abs=0.005)
+    assert attrs[sc.FT_SERVER_COMPLETION_TIME] == pytest.approx(0.050, abs=0.01)
+    # The server's own account fits inside what the client measured.
+    assert attrs[sc.FT_SERVER_TOTAL_TIME] <= (call.end_time - call.start_time) / 1e9
+    phases = {p.attributes[sc.FT_SERVER_TIMING_PHASE] for p in telemetry.metrics()[sc.M_SERVER_TIMING]}
+    assert {"queue", "prompt", "completion"} <= phases

@@ -34,6 +34,15 @@ def _sim_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "firsttoken-sim"]
 
 
+def _alpn(port: int, ca: trustme.CA, offer: list[str]) -> str | None:
+    with socket.create_connection(("127.0.0.1", port)) as raw:
+        ctx = ssl.create_default_context()
+        ca.configure_trust(ctx)
+        ctx.set_alpn_protocols(offer)
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            return tls.selected_alpn_protocol()
+
+
 def test_tls_with_alpn() -> None:
     ca = trustme.CA()
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -47,12 +56,12 @@ def test_tls_with_alpn() -> None:
         c = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0, http_client=http)
         assert len(list(c.chat.completions.create(model="m", messages=MESSAGES, stream=True))) == 16 + 2
         c.close()
-        with socket.create_connection(("127.0.0.1", sim.port)) as raw:
-            ctx = ssl.create_default_context()
-            ca.configure_trust(ctx)
-            ctx.set_alpn_protocols(["h2", "http/1.1"])
-            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-                assert tls.selected_alpn_protocol() == "http/1.1"
+        assert sim.requests[0].http_version == "1.1"
+        assert _alpn(sim.port, ca, ["h2", "http/1.1"]) == "h2"
+        assert _alpn(sim.port, ca, ["http/1.1", "h2"]) == "h2"  # the server's preference wins
+        assert _alpn(sim.port, ca, ["http/1.1"]) == "http/1.1"
+    with Simulator(latency=model, ssl_context=server_ctx, http2=False) as sim:
+        assert _alpn(sim.port, ca, ["h2", "http/1.1"]) == "http/1.1"
 
 
 async def test_fifty_concurrent_async_streams() -> None:

@@ -13,8 +13,26 @@ Point the real SDKs at it and get answers with exactly the latency you configure
 
 The server is asyncio + h11 (HTTP/1.1, keep-alive, chunked SSE) on its own event loop in a
 background thread, bound to 127.0.0.1 on an ephemeral port unless told otherwise; so ``with
-Simulator()`` works in sync and async tests alike. ``Simulator(ssl_context=...)`` serves TLS (ALPN
-``http/1.1``). ``close()`` cuts every connection and joins the thread.
+Simulator()`` works in sync and async tests alike. ``close()`` cuts every connection and joins the
+thread. ``sim.requests`` (:class:`Served`) also says which HTTP version and which client connection
+(``connection``, a number unique in the process) carried each request, so tests can see reuse.
+
+TLS and HTTP/2
+--------------
+``Simulator(ssl_context=...)`` serves TLS with ALPN ``h2`` and ``http/1.1``: a client with HTTP/2
+enabled (``httpx.Client(http2=True)``, ``openai.DefaultHttpxClient(http2=True, verify=...)``) gets
+HTTP/2 (via the optional ``h2`` package: ``firsttoken[http2]``), any other client HTTP/1.1.
+``http2=False`` offers only ``http/1.1``; without TLS it is HTTP/1.1 only (no h2c). Over HTTP/2 the
+same endpoints, latency model and faults apply per stream, many streams run concurrently on one
+connection (``MAX_CONCURRENT_STREAMS`` 1000), response bodies respect the client's stream and
+connection flow-control windows (a stream whose window is shut waits; the others go on), and
+request bodies are acknowledged as they arrive. For test certificates::
+
+    from firsttoken.sim.tls import test_certificates   # needs trustme (a dev dependency)
+
+    server_ctx, client_ctx = test_certificates()
+    with Simulator(ssl_context=server_ctx) as sim:
+        http = openai.DefaultHttpxClient(http2=True, verify=client_ctx)
 
 Latency model
 -------------
@@ -29,6 +47,7 @@ Per call, measured from the moment the server has read the whole request (``t0``
   after prefill; an SSE chunk of ``chunk_tokens`` tokens goes out when its last token is due. Closing
   events (finish reason, usage, ``[DONE]``, ``message_stop``) follow the last token at once.
 - **non-streaming** responses (headers and body) arrive whole when the last token is due.
+- **embeddings** arrive whole when the prefill of their input is done.
 - ``jitter`` multiplies each component (queue, prefill, each token interval) by a lognormal factor
   (median 1, shape ``jitter``), times ``tail_multiplier`` with probability ``tail_probability``.
   ``jitter=0`` (or ``LatencyModel.fixed(...)``) is exact: tests rely on it.
@@ -66,6 +85,31 @@ real services send them (``x-request-id``, ``openai-processing-ms``, ``x-ratelim
 ``request-id``, ``anthropic-ratelimit-*``). Errors use each provider's JSON error shape; a request is
 treated as Anthropic's if its path is ``/v1/messages...`` or it carries ``anthropic-version``.
 
+Server timing
+-------------
+Providers report their own side of the wait; the simulator reports exactly what its latency model
+applied to that request (jitter included; the deadlines it slept until), so a test can check the
+split against what the client observed. With ``queue``, ``prefill`` and ``decode`` (every generated
+token, hidden reasoning included) as in the latency model, in seconds:
+
+- **OpenAI** (default): header ``openai-processing-ms`` = ``t0`` to when the headers are due: for a
+  stream the queue only (its headers go out before generation), for a whole response queue +
+  prefill + decode (for embeddings queue + prefill). On every OpenAI path.
+- **Groq** (``x-firsttoken-sim-provider: groq`` or ``Simulator(provider_timing="groq")``): no
+  ``openai-processing-ms``. Whole responses: ``usage.queue_time``, ``usage.prompt_time`` (prefill),
+  ``usage.completion_time`` (decode), ``usage.total_time`` (prompt + completion, as Groq counts it),
+  plus ``x_groq: {"id": "req_..."}``. Streams: ``x_groq: {"id"}`` on the first chunk and
+  ``x_groq: {"id", "usage": {queue_time, prompt_time, completion_time, total_time, prompt_tokens,
+  completion_tokens, total_tokens}}`` on the final chunk (the last before ``[DONE]``: the usage chunk
+  with ``include_usage``, else the last finish-reason chunk).
+- **Cerebras** (``cerebras``): no ``openai-processing-ms``; ``time_info: {queue_time, prompt_time,
+  completion_time, total_time, created}`` at the top level of a whole response and of the final
+  stream chunk; ``total_time`` is queue + prompt + completion, ``created`` epoch seconds.
+
+Groq and Cerebras fields appear on ``/v1/chat/completions`` and ``/v1/completions``; a request's
+header overrides the simulator's ``provider_timing`` (``openai`` selects the default), an unknown
+value is a 400.
+
 Faults
 ------
 ``sim.inject(fault, times=1, path=None, model=None)`` queues a fault for the next matching request(s),
@@ -76,9 +120,11 @@ or send the request header ``x-firsttoken-sim-fault: NAME;key=value;...``:
 - ``Fault.server_error(status=500)`` / ``server_error;status=503``: a 5xx at once.
 - ``Fault.overloaded()`` / ``overloaded``: Anthropic 529 ``overloaded_error`` (503 for OpenAI paths).
 - ``Fault.drop_after(chunks=N)`` / ``drop_after;chunks=3``: close the TCP connection after N SSE events
-  (a non-streaming response: no response at all).
+  (a non-streaming response: no response at all). Over HTTP/2 it resets that stream instead
+  (``RST_STREAM`` ``INTERNAL_ERROR``), as a front end does; the connection's other streams go on.
 - ``Fault.stall(after_chunks=N, seconds=S)`` / ``stall;after_chunks=2;seconds=1``: stop sending for S
-  seconds after N events; ``seconds=None`` (``seconds=none``) until the client gives up.
+  seconds after N events; ``seconds=None`` (``seconds=none``) until the client gives up (closes the
+  connection or, over HTTP/2, resets the stream).
 - ``Fault.error_event(after_chunks=N)`` / ``error_event;after_chunks=2``: after N events, Anthropic's
   ``event: error`` (``overloaded_error``), OpenAI's ``data: {"error": ...}`` (an ``error`` event on
   ``/v1/responses``), then the stream ends.
@@ -92,7 +138,8 @@ headers (minus hop-by-hop, ``content-length`` and ``content-encoding``) and body
 back; SSE bodies event by event, paced by the latency model (queue before the headers, then one decode
 step per event); other bodies after the queue delay.
 
-CLI: ``python -m firsttoken.sim.cli --port 8000 --queue-ms 200 --decode-tps 40`` (see ``cli.main``).
+CLI: ``python -m firsttoken.sim.cli --port 8000 --queue-ms 200 --decode-tps 40 --provider-timing groq``
+(see ``cli.main``).
 """
 
 from ._cache import CacheConfig
@@ -100,5 +147,15 @@ from ._faults import FAULT_HEADER, Fault
 from ._latency import LatencyModel
 from ._reply import Served
 from ._server import Simulator
+from ._timing import PROVIDER_HEADER, ProviderStyle
 
-__all__ = ["FAULT_HEADER", "CacheConfig", "Fault", "LatencyModel", "Served", "Simulator"]
+__all__ = [
+    "FAULT_HEADER",
+    "PROVIDER_HEADER",
+    "CacheConfig",
+    "Fault",
+    "LatencyModel",
+    "ProviderStyle",
+    "Served",
+    "Simulator",
+]

@@ -1,22 +1,36 @@
-"""The wire: HTTP/1.1 over asyncio with h11, behind a small protocol-neutral ``Exchange`` interface.
+"""The wire: HTTP/1.1 (h11) and HTTP/2 (h2) over asyncio, behind a protocol-neutral ``Exchange``.
 
 Handlers only see :class:`Exchange` (one request, one response). The HTTP/1.1 specifics live in
-:class:`H11Connection`; an HTTP/2 connection class would implement the same interface per stream and
-be picked in :func:`make_protocol` when ALPN selects ``h2``.
+:class:`H11Connection`, the HTTP/2 ones in ``_h2.H2Connection`` (one ``Exchange`` per stream);
+:func:`make_protocol` picks one per connection from the protocol ALPN selected, so ``h2`` is only
+imported when a client negotiates it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
+import itertools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 import h11
 
-__all__ = ["Disconnected", "Exchange", "H11Connection", "Request", "make_protocol"]
+__all__ = [
+    "Connection",
+    "Disconnected",
+    "Exchange",
+    "H11Connection",
+    "Request",
+    "h2_available",
+    "make_protocol",
+    "next_connection_number",
+    "run_handler",
+]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +47,10 @@ class Request:
     target: str
     headers: dict[str, str]
     body: bytes = b""
+    #: ``"1.1"`` or ``"2"``.
+    http_version: str = "1.1"
+    #: Which client connection carried it (see :func:`next_connection_number`).
+    connection: int = 0
     path: str = field(init=False)
     query: dict[str, list[str]] = field(init=False)
 
@@ -70,13 +88,56 @@ class Exchange:
 Handler = Callable[[Exchange], Awaitable[None]]
 
 
-class H11Connection(asyncio.Protocol, Exchange):
+_connection_numbers = itertools.count(1)
+
+
+def next_connection_number() -> int:
+    """A number for a new client connection, unique in this process: tests compare them to see reuse."""
+    return next(_connection_numbers)
+
+
+class Connection:
+    """What the server keeps of each client connection: enough to shut it down."""
+
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The handler tasks still running on this connection."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Shutdown: stop the handlers and free the socket at once."""
+        raise NotImplementedError
+
+
+_BUG_BODY = b'{"error":{"message":"simulator bug","type":"server_error","param":null,"code":null}}'
+
+
+async def run_handler(handler: Handler, exchange: Exchange) -> bool:
+    """Answer one request; ``False`` when the response did not complete normally (cut it off)."""
+    try:
+        await handler(exchange)
+    except (Disconnected, asyncio.CancelledError):
+        return False
+    except Exception:
+        req = exchange.request
+        log.exception("firsttoken.sim: handler failed for %s %s", req.method, req.target)
+        if not exchange.headers_sent:
+            with contextlib.suppress(Disconnected):
+                await exchange.send_headers(500, [("content-type", "application/json")])
+                await exchange.send_data(_BUG_BODY)
+                await exchange.end()
+        return False
+    return True
+
+
+class H11Connection(asyncio.Protocol, Exchange, Connection):
     """An HTTP/1.1 connection: keep-alive, one request at a time, chunked bodies for streams."""
 
-    def __init__(self, handler: Handler, connections: set[H11Connection]) -> None:
+    def __init__(self, handler: Handler, connections: set[Connection]) -> None:
         self._handler = handler
         self._connections = connections
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_BODY)
+        self._number = next_connection_number()
         self._transport: asyncio.Transport | None = None
         self._task: asyncio.Task[None] | None = None
         self._body = bytearray()
@@ -149,29 +210,17 @@ class H11Connection(asyncio.Protocol, Exchange):
         headers: dict[str, str] = {}
         for name, value in event.headers:
             headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-        self.request = Request(event.method.decode("ascii"), event.target.decode("latin-1"), headers, bytes(self._body))
+        method, target = event.method.decode("ascii"), event.target.decode("latin-1")
+        self.request = Request(method, target, headers, bytes(self._body), connection=self._number)
         self._pending = None
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
         try:
-            await self._handler(self)
-        except (Disconnected, asyncio.CancelledError):
-            self.close()
-            return
-        except Exception:
-            log.exception("firsttoken.sim: handler failed for %s %s", self.request.method, self.request.target)
-            if not self.headers_sent:
-                with contextlib.suppress(Disconnected):
-                    body = b'{"error":{"message":"simulator bug","type":"server_error","param":null,"code":null}}'
-                    await self.send_headers(500, [("content-type", "application/json")])
-                    await self.send_data(body)
-                    await self.end()
-            self.close()
-            return
+            completed = await run_handler(self._handler, self)
         finally:
             self._task = None
-        if self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE:
+        if completed and self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE:
             self._conn.start_next_cycle()
             self._next_request()
         else:
@@ -236,8 +285,8 @@ class H11Connection(asyncio.Protocol, Exchange):
             self._transport.abort()
 
     @property
-    def task(self) -> asyncio.Task[None] | None:
-        return self._task
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return [self._task] if self._task is not None else []
 
 
 _REASONS = {
@@ -255,10 +304,39 @@ _REASONS = {
 }
 
 
-def make_protocol(handler: Handler, connections: set[H11Connection]) -> Callable[[], asyncio.Protocol]:
-    """The protocol factory for ``loop.create_server`` (ALPN offers only ``http/1.1`` for now)."""
+def h2_available() -> bool:
+    """Whether the optional ``h2`` package is installed (``pip install firsttoken[http2]``)."""
+    return importlib.util.find_spec("h2") is not None
+
+
+class _Negotiated(asyncio.Protocol):
+    """Stands in until the connection is up, then hands it to the protocol ALPN picked."""
+
+    def __init__(self, handler: Handler, connections: set[Connection]) -> None:
+        self._handler = handler
+        self._connections = connections
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        alpn = ssl_object.selected_alpn_protocol() if isinstance(ssl_object, ssl.SSLObject) else None
+        protocol: asyncio.Protocol
+        if alpn == "h2":
+            from ._h2 import H2Connection
+
+            protocol = H2Connection(self._handler, self._connections)
+        else:
+            protocol = H11Connection(self._handler, self._connections)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+
+
+def make_protocol(handler: Handler, connections: set[Connection]) -> Callable[[], asyncio.Protocol]:
+    """The protocol factory for ``loop.create_server``: HTTP/2 when ALPN selected ``h2``, else HTTP/1.1.
+
+    The TLS handshake (and so ALPN) is over before ``connection_made``, and no byte has been read.
+    """
 
     def factory() -> asyncio.Protocol:
-        return H11Connection(handler, connections)
+        return _Negotiated(handler, connections)
 
     return factory

@@ -43,8 +43,44 @@ def error_event(path: str) -> Callable[[], bytes]:
     )
 
 
-def _headers(call: Call, base: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [*base, *call.headers, ("openai-processing-ms", str(call.elapsed_ms()))]
+def _headers(call: Call, base: list[tuple[str, str]], until: float | None = None) -> list[tuple[str, str]]:
+    """Response headers; ``openai-processing-ms`` is ``t0`` to ``until``, when these headers are due.
+
+    So for a stream it is the queue (headers go out before generation), for a whole response the
+    queue, prefill and decode. Groq and Cerebras report their timing in the body instead.
+    """
+    if call.provider != "openai":
+        return [*base, *call.headers]
+    return [*base, *call.headers, ("openai-processing-ms", str(call.elapsed_ms(until)))]
+
+
+class _ProviderTiming:
+    """Groq's or Cerebras's timing fields for one chat or completions call (nothing for OpenAI)."""
+
+    def __init__(self, call: Call) -> None:
+        self._call = call
+        self._groq_id = call.new_id("req_", 26).lower() if call.provider == "groq" else ""
+        self._first = True
+
+    def whole(self, result: dict[str, Any], usage: dict[str, Any]) -> None:
+        """On a whole response: Groq's ``usage.*_time`` and ``x_groq.id``, or Cerebras's ``time_info``."""
+        if self._call.provider == "groq":
+            usage.update(self._call.timing().groq())
+            result["x_groq"] = {"id": self._groq_id}
+        elif self._call.provider == "cerebras":
+            result["time_info"] = self._call.timing().cerebras()
+
+    def chunk(self, obj: dict[str, Any], usage: dict[str, Any], *, final: bool) -> None:
+        """On a streamed chunk: ``x_groq.id`` first, ``x_groq.usage`` or ``time_info`` on the final one."""
+        provider = self._call.provider
+        if provider == "groq" and (self._first or final):
+            obj["x_groq"] = {"id": self._groq_id}
+            if final:
+                tokens = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+                obj["x_groq"]["usage"] = {**tokens, **self._call.timing().groq()}
+        elif provider == "cerebras" and final:
+            obj["time_info"] = self._call.timing().cerebras()
+        self._first = False
 
 
 def _usage_cache(call: Call, prompt: Prompt) -> int:
@@ -142,6 +178,7 @@ async def chat_completions(call: Call) -> None:
     finish = [("length" if a.truncated else "tool_calls" if tool else "stop") for a in answers]
     call_ids = [call.new_id("call_") for _ in answers]
     cid, created, model = call.new_id("chatcmpl-", 29), int(time.time()), call.model
+    timing = _ProviderTiming(call)
 
     if not call.stream:
         sched.skip(max(a.reasoning + len(a.tokens) for a in answers))
@@ -164,12 +201,13 @@ async def chat_completions(call: Call) -> None:
             "service_tier": "default",
             "system_fingerprint": "fp_firsttoken",
         }
-        await call.respond(200, _headers(call, JSON), dumps(result), at=sched.now_due)
+        timing.whole(result, usage)
+        await call.respond(200, _headers(call, JSON, sched.now_due), dumps(result), at=sched.now_due)
         return
 
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
-    def chunk_of(choices: list[dict[str, Any]], usage_value: Any = None) -> bytes:
+    def chunk_of(choices: list[dict[str, Any]], usage_value: Any = None, *, final: bool = False) -> bytes:
         obj: dict[str, Any] = {
             "id": cid,
             "object": "chat.completion.chunk",
@@ -181,12 +219,13 @@ async def chat_completions(call: Call) -> None:
         }
         if include_usage:
             obj["usage"] = usage_value
+        timing.chunk(obj, usage, final=final)
         return b"data: " + dumps(obj) + b"\n\n"
 
     def choice(i: int, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         return {"index": i, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
 
-    await call.start_stream(_headers(call, SSE), at=sched.headers_at)
+    await call.start_stream(_headers(call, SSE, sched.headers_at), at=sched.headers_at)
     for i in range(n):
         role: dict[str, Any] = {"role": "assistant", "content": None if tool else "", "refusal": None}
         await call.event(chunk_of([choice(i, role)]))
@@ -208,9 +247,9 @@ async def chat_completions(call: Call) -> None:
                 delta = {"content": text}
             await call.event(chunk_of([choice(i, delta)]), at=at)
     for i in range(n):
-        await call.event(chunk_of([choice(i, {}, finish[i])]))
+        await call.event(chunk_of([choice(i, {}, finish[i])], final=i == n - 1 and not include_usage))
     if include_usage:
-        await call.event(chunk_of([], usage))
+        await call.event(chunk_of([], usage, final=True))
     await call.event(b"data: [DONE]\n\n")
     await call.end_stream()
 
@@ -243,6 +282,7 @@ async def completions(call: Call) -> None:
     usage = _chat_usage(call, answers)
     finish = ["length" if a.truncated else "stop" for a in answers]
     cid, created, model = call.new_id("cmpl-", 29), int(time.time()), call.model
+    timing = _ProviderTiming(call)
 
     if not call.stream:
         sched.skip(max(len(a.tokens) for a in answers))
@@ -258,20 +298,22 @@ async def completions(call: Call) -> None:
             ],
             "usage": usage,
         }
-        await call.respond(200, _headers(call, JSON), dumps(result), at=sched.now_due)
+        timing.whole(result, usage)
+        await call.respond(200, _headers(call, JSON, sched.now_due), dumps(result), at=sched.now_due)
         return
 
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
-    def chunk_of(choices: list[dict[str, Any]], usage_value: Any = None) -> bytes:
+    def chunk_of(choices: list[dict[str, Any]], usage_value: Any = None, *, final: bool = False) -> bytes:
         obj: dict[str, Any] = {"id": cid, "object": "text_completion", "created": created, "model": model}
         obj["system_fingerprint"] = "fp_firsttoken"
         obj["choices"] = choices
         if include_usage:
             obj["usage"] = usage_value
+        timing.chunk(obj, usage, final=final)
         return b"data: " + dumps(obj) + b"\n\n"
 
-    await call.start_stream(_headers(call, SSE), at=sched.headers_at)
+    await call.start_stream(_headers(call, SSE, sched.headers_at), at=sched.headers_at)
     pieces = [list(chunk(a.tokens, call.latency.chunk_tokens)) for a in answers]
     for step in range(max(len(p) for p in pieces)):
         at = sched.skip(max(len(p[step]) for p in pieces if step < len(p)))
@@ -281,9 +323,10 @@ async def completions(call: Call) -> None:
                 item = {"text": text, "index": i, "logprobs": None, "finish_reason": None}
                 await call.event(chunk_of([item]), at=at)
     for i in range(n):
-        await call.event(chunk_of([{"text": "", "index": i, "logprobs": None, "finish_reason": finish[i]}]))
+        last = {"text": "", "index": i, "logprobs": None, "finish_reason": finish[i]}
+        await call.event(chunk_of([last], final=i == n - 1 and not include_usage))
     if include_usage:
-        await call.event(chunk_of([], usage))
+        await call.event(chunk_of([], usage, final=True))
     await call.event(b"data: [DONE]\n\n")
     await call.end_stream()
 
@@ -334,7 +377,7 @@ async def embeddings(call: Call) -> None:
         "model": call.model,
         "usage": {"prompt_tokens": total, "total_tokens": total},
     }
-    await call.respond(200, _headers(call, JSON), dumps(result), at=sched.prefill_done_at)
+    await call.respond(200, _headers(call, JSON, sched.prefill_done_at), dumps(result), at=sched.prefill_done_at)
 
 
 # -- /v1/responses ----------------------------------------------------------------------------------
@@ -438,7 +481,7 @@ async def responses(call: Call) -> None:
 
     if not call.stream:
         sched.skip(a.reasoning + len(a.tokens))
-        await call.respond(200, _headers(call, JSON), dumps(response(True)), at=sched.now_due)
+        await call.respond(200, _headers(call, JSON, sched.now_due), dumps(response(True)), at=sched.now_due)
         return
 
     seq = 0
@@ -449,7 +492,7 @@ async def responses(call: Call) -> None:
         seq += 1
         await call.event(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n", at=at)
 
-    await call.start_stream(_headers(call, SSE), at=sched.headers_at)
+    await call.start_stream(_headers(call, SSE, sched.headers_at), at=sched.headers_at)
     await emit("response.created", response=response(False))
     await emit("response.in_progress", response=response(False))
     if reasoning_item:

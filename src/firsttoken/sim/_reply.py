@@ -13,6 +13,7 @@ from ._cache import PromptCache
 from ._faults import Fault
 from ._http import Disconnected, Exchange
 from ._latency import LatencyModel, Schedule
+from ._timing import ProviderStyle, ServerTiming
 
 __all__ = ["Call", "Served", "Stopped"]
 
@@ -28,6 +29,8 @@ class Served:
     ``input_tokens`` is the whole prompt, cached or not; ``cached_tokens`` of it came from the prompt
     cache and ``cache_creation_tokens`` were written to it (Anthropic). ``output_tokens`` includes
     ``reasoning_tokens``. ``status`` is 0 when the connection was dropped before any response.
+    ``http_version`` is ``"1.1"`` or ``"2"``; ``connection`` numbers the client connection that
+    carried the request (unique in the process), so equal numbers mean a reused connection.
     """
 
     method: str
@@ -43,6 +46,8 @@ class Served:
     fault: Fault | None = None
     replayed: bool = False
     disconnected: bool = False
+    http_version: str = "1.1"
+    connection: int = 0
 
 
 @dataclass
@@ -79,6 +84,8 @@ class Call:
     #: Provider headers for every response (request id, rate limits), set by the server.
     headers: list[tuple[str, str]] = field(default_factory=list)
     stream: bool = False
+    #: Whose server-timing fields the response carries (see ``_timing``).
+    provider: ProviderStyle = "openai"
     replayed: bool = False
     usage: Usage = field(default_factory=Usage)
     chunks: int = 0
@@ -95,8 +102,15 @@ class Call:
         self._schedule = Schedule(self.latency, self.rng, self.t0, uncached_tokens)
         return self._schedule
 
-    def elapsed_ms(self) -> int:
-        return round((asyncio.get_running_loop().time() - self.t0) * 1000)
+    def elapsed_ms(self, until: float | None = None) -> int:
+        """Milliseconds from ``t0`` to ``until`` (a deadline of the schedule), or to now."""
+        end = asyncio.get_running_loop().time() if until is None else until
+        return max(0, round((end - self.t0) * 1000))
+
+    def timing(self) -> ServerTiming:
+        """The server-side split of the schedule so far (call after :meth:`schedule`)."""
+        assert self._schedule is not None, "schedule() first"
+        return ServerTiming.of(self._schedule)
 
     def new_id(self, prefix: str, length: int = 24) -> str:
         alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
@@ -125,6 +139,8 @@ class Call:
                 fault=self.fault,
                 replayed=self.replayed,
                 disconnected=disconnected,
+                http_version=req.http_version,
+                connection=req.connection,
             )
         )
 

@@ -19,11 +19,12 @@ from typing import Any
 from . import _anthropic, _openai
 from ._cache import CacheConfig, PromptCache
 from ._faults import FAULT_HEADER, Fault, FaultQueue
-from ._http import Disconnected, Exchange, H11Connection, make_protocol
+from ._http import Connection, Disconnected, Exchange, h2_available, make_protocol
 from ._latency import LatencyModel
 from ._output import ApiError
 from ._replay import Cassettes, replay
 from ._reply import Call, Served, Stopped
+from ._timing import PROVIDER_HEADER, ProviderStyle, parse_style
 
 __all__ = ["Simulator"]
 
@@ -55,6 +56,8 @@ class Simulator:
         cache: CacheConfig | None = None,
         replay: Iterable[str | PathLike[str]] | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        http2: bool | None = None,
+        provider_timing: ProviderStyle | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -63,8 +66,17 @@ class Simulator:
         ``latency`` is the default model and ``models`` overrides it per exact model name. ``seed``
         makes jitter, ids and generated text reproducible for sequential runs (each request draws from
         its own generator, seeded by ``seed`` and its arrival number). ``replay`` loads VCR cassettes
-        (files or directories) whose recorded answers take precedence on their paths. With
-        ``ssl_context`` (a server-side context) the server speaks TLS and offers ALPN ``http/1.1``.
+        (files or directories) whose recorded answers take precedence on their paths.
+
+        With ``ssl_context`` (a server-side context; see :func:`firsttoken.sim.tls.test_certificates`)
+        the server speaks TLS and offers ALPN ``h2`` and ``http/1.1``, so a client with HTTP/2 enabled
+        gets HTTP/2. ``http2=False`` offers only ``http/1.1``; ``http2=True`` insists on HTTP/2 being
+        available (the ``h2`` package); the default offers it when ``h2`` is installed (``sim.http2``
+        says whether it is offered). Without TLS the server speaks HTTP/1.1 only (no h2c).
+
+        ``provider_timing`` (``"groq"`` or ``"cerebras"``) makes OpenAI chat and completions responses
+        report server timing in that provider's body fields instead of ``openai-processing-ms``; a
+        request's ``x-firsttoken-sim-provider`` header overrides it.
         """
         self.latency = latency if latency is not None else LatencyModel()
         self.models = dict(models or {})
@@ -76,8 +88,12 @@ class Simulator:
         self._cache = PromptCache(self.cache_config)
         self._cassettes = Cassettes(replay or [])
         self._ssl = ssl_context
+        if http2 and not h2_available():
+            raise ImportError("Simulator(http2=True) needs the 'h2' package: pip install 'firsttoken[http2]'")
+        self.http2 = ssl_context is not None and (http2 if http2 is not None else h2_available())
         if ssl_context is not None:
-            ssl_context.set_alpn_protocols(["http/1.1"])
+            ssl_context.set_alpn_protocols(["h2", "http/1.1"] if self.http2 else ["http/1.1"])
+        self.provider_timing: ProviderStyle = parse_style(provider_timing or "openai")
         self._host, self._port = host, port
         self._faults = FaultQueue()
         self._served: list[Served] = []
@@ -87,7 +103,7 @@ class Simulator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
-        self._connections: set[H11Connection] = set()
+        self._connections: set[Connection] = set()
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -144,7 +160,7 @@ class Simulator:
     async def _shutdown(self) -> None:
         if self._server is not None:
             self._server.close()
-        tasks = [c.task for c in self._connections if c.task is not None]
+        tasks = [task for connection in self._connections for task in connection.tasks]
         for connection in list(self._connections):
             connection.abort()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -286,6 +302,8 @@ class Simulator:
         )
         spec = req.headers.get(FAULT_HEADER)
         try:
+            style = req.headers.get(PROVIDER_HEADER)
+            call.provider = parse_style(style) if style is not None else self.provider_timing
             fault = Fault.parse(spec) if spec else self._faults.take(req.path, model)
         except ValueError as err:
             error = _anthropic.error_body(400, str(err)) if anthropic else _openai.error_body(400, str(err))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from ._cache import CacheConfig
 from ._latency import LatencyModel
 from ._server import Simulator
+from ._timing import PROVIDER_STYLES
 
 __all__ = ["build_parser", "main"]
 
@@ -78,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=CacheConfig().min_tokens,
         help="shortest cacheable prompt (default: %(default)s)",
     )
+    parser.add_argument(
+        "--provider-timing",
+        choices=PROVIDER_STYLES,
+        default="openai",
+        help="server timing fields in responses: openai-processing-ms, Groq usage/x_groq or Cerebras time_info",
+    )
     return parser
 
 
@@ -98,6 +105,7 @@ def main(argv: list[str] | None = None, *, stop: threading.Event | None = None) 
             seed=args.seed,
             cache=CacheConfig(min_tokens=args.cache_min_tokens),
             replay=args.replay,
+            provider_timing=args.provider_timing,
             host=args.host,
             port=args.port,
         )
