@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import statistics
 import time
 from typing import Any
 
@@ -322,34 +323,43 @@ TTFT_MODEL = LatencyModel(queue_ms=50, prefill_ms_per_1k_tokens=0, decode_tokens
 
 
 def test_ttft_matches_app_loop_for_create_and_text_stream(telemetry: Telemetry) -> None:
+    rounds = 3
+    observed: dict[str, list[float]] = {"create": [], "text_stream": []}
     with Simulator(latency=TTFT_MODEL, seed=0) as sim:
         c = client(sim)
         c.messages.create(model="warmup", max_tokens=8, messages=MESSAGES)
         telemetry.exporter.clear()
-        observed = []
-        start = time.perf_counter()
-        first = None
-        for event in c.messages.create(model=MODEL, max_tokens=64, messages=MESSAGES, stream=True):
-            if first is None and event.type == "content_block_delta":
-                first = time.perf_counter() - start
-        observed.append(first)
-        start = time.perf_counter()
-        first = None
-        with c.messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as stream:
-            for _ in stream.text_stream:
-                if first is None:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            first = None
+            for event in c.messages.create(model=MODEL, max_tokens=64, messages=MESSAGES, stream=True):
+                if first is None and event.type == "content_block_delta":
                     first = time.perf_counter() - start
-        observed.append(first)
-        # Only the aggregate: the app sees no token, yet TTFT is the wire's first content delta.
-        with c.messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as stream:
-            stream.get_final_message()
+            assert first is not None
+            observed["create"].append(first)
+            start = time.perf_counter()
+            first = None
+            with c.messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as stream:
+                for _ in stream.text_stream:
+                    if first is None:
+                        first = time.perf_counter() - start
+            assert first is not None
+            observed["text_stream"].append(first)
+            # Only the aggregate: the app sees no token, yet TTFT is the wire's first content delta.
+            with c.messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as stream:
+                stream.get_final_message()
     recorded = [s.attributes[sc.FT_TIME_TO_FIRST_TOKEN] for s in telemetry.calls()]
-    assert len(recorded) == 3
-    for app, ours in zip(observed, recorded[:2], strict=True):
-        assert app is not None and ours >= 0.050
-        assert abs(app - ours) <= 0.002, (app, ours)
+    assert len(recorded) == 3 * rounds
+    by_mode = {"create": recorded[0::3], "text_stream": recorded[1::3], "final_message": recorded[2::3]}
+    for mode in ("create", "text_stream"):
+        differences = [abs(a - o) for a, o in zip(observed[mode], by_mode[mode], strict=True)]
+        assert all(o >= 0.050 for o in by_mode[mode])
+        # The simulator shares this process, so a thread switch can land between the two clock
+        # reads of one call: the median is held to 2 ms, every call to a loose 20 ms.
+        assert statistics.median(differences) <= 0.002, (mode, differences)
+        assert max(differences) <= 0.020, (mode, differences)
     # With the aggregate alone, TTFT is still the first delta (~50 ms + one token), not the end (~250 ms).
-    assert abs(recorded[2] - recorded[1]) <= 0.002, recorded
+    assert abs(statistics.median(by_mode["final_message"]) - statistics.median(by_mode["text_stream"])) <= 0.002
 
 
 # -- prompt caching -----------------------------------------------------------------------------------

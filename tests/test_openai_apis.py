@@ -406,5 +406,6 @@ def test_reasoning_tokens_are_not_part_of_the_decode(telemetry: Telemetry) -> No
     attrs = dict(telemetry.call().attributes or {})
     assert attrs[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == usage.completion_tokens_details.reasoning_tokens
     assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == usage.completion_tokens  # reasoning included, per the conventions
-    # 10 ms per token set; visible tokens only, so no dilution by the hidden ones (>= 9 ms, generous above).
-    assert 0.009 <= attrs[sc.FT_TIME_PER_OUTPUT_TOKEN] <= 0.030
+    # 10 ms per token set. Diluted by the hidden reasoning tokens it would be near 10 * 10 / 42 = 2.4 ms;
+    # the floor leaves room for a late first token that the server's absolute deadlines catch up on.
+    assert 0.006 <= attrs[sc.FT_TIME_PER_OUTPUT_TOKEN] <= 0.030

@@ -17,6 +17,7 @@ import pytest
 import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from packaging.version import Version
 
 from firsttoken import semconv as sc
 from firsttoken.sim import Fault, LatencyModel, Simulator
@@ -104,8 +105,12 @@ async def test_async_first_call_sets_up_and_second_reuses(telemetry: Telemetry, 
         sc.PHASE_TCP_CONNECT,
         sc.PHASE_TLS_HANDSHAKE,
     ]
-    assert not SETUP & set(_phases(telemetry, second)), "async streams drain and reuse the connection"
-    assert second.attributes[sc.FT_CONNECTION_REUSED] is True
+    if Version(openai.__version__) >= Version("3.30"):
+        assert not SETUP & set(_phases(telemetry, second)), "async streams drain and reuse the connection"
+        assert second.attributes[sc.FT_CONNECTION_REUSED] is True
+    else:  # before 3.30 an async stream closes its response at [DONE] undrained: the connection is lost
+        assert set(_phases(telemetry, second)) >= SETUP
+        assert second.attributes[sc.FT_CONNECTION_REUSED] is False
     _check_tiles(telemetry, first)
     await c.close()
 

@@ -231,7 +231,8 @@ def _token(tl: Timeline, now: int) -> None:
 
 
 def _delta_has_output(delta: Any) -> bool:
-    if delta.content or delta.tool_calls or delta.refusal or delta.function_call or delta.audio:
+    # ChoiceDelta.audio is a field from openai 3.25; before, it is an attribute only when sent.
+    if delta.content or delta.tool_calls or delta.refusal or delta.function_call or getattr(delta, "audio", None):
         return True
     extra = delta.model_extra
     return bool(extra and (extra.get("reasoning_content") or extra.get("reasoning")))
