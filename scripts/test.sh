@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what it needs, then lint, types and tests.
-# Usage: scripts/test.sh [pytest args...]
+# Usage: scripts/test.sh [pytest args for the main run...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,3 +37,5 @@ echo "==> mypy"
 "$VENV/bin/mypy"
 echo "==> pytest"
 "$VENV/bin/python" -m pytest -q "$@"
+echo "==> the SDK-facing tests again, on the oldest openai and anthropic SDKs firsttoken supports"
+scripts/compat.sh
