@@ -10,81 +10,69 @@ of 1.
 The traffic class (``interactive``, ``async``, ``batch`` or your own short label) set on an action,
 or with ``traffic_class()``, is carried to every call inside as a metric dimension, so SLOs and
 alerts can hold interactive traffic to a tighter target than batch.
+
+Every scope here is a context manager (sync and async) and a decorator (functions, coroutine
+functions, generators and async generators; a decorated function opens a fresh scope per call).
+What a scope sets is undone in the context that set it; a scope left in another context (a
+generator finalised elsewhere) records its end and leaves that context alone.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
+import logging
 import re
 import threading
 import time
-from collections.abc import Callable
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Callable, Generator
+from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 
 from . import semconv as sc
 from .config import warn
 
+log = logging.getLogger("firsttoken")
+
 F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S", bound="_Scope")
 
 _LABEL = re.compile(r"^[A-Za-z0-9_.:-]{1,40}$")
+"""A traffic class: a label of every call metric, so short and plain."""
+_NAME = re.compile(r"^[A-Za-z0-9_.:/ -]{1,64}$")
+"""An action or phase name: a metric label and the span name; spaces and slashes read well there."""
+_MAX_WARNED = 32
 
 TRAFFIC_CLASS: ContextVar[str | None] = ContextVar("firsttoken_traffic_class", default=None)
 CONVERSATION_ID: ContextVar[str | None] = ContextVar("firsttoken_conversation_id", default=None)
 CURRENT_ACTION: ContextVar[ActionState | None] = ContextVar("firsttoken_action", default=None)
+_ENTRY: ContextVar[_Entry | None] = ContextVar("firsttoken_scope_entry", default=None)
+
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
 
 
-def _label(kind: str, value: str | None) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and _LABEL.match(value):
+def _label(kind: str, value: object, pattern: re.Pattern[str] = _LABEL) -> str:
+    """``value`` if it is a usable label, else ``_OTHER`` (with one warning per bad value)."""
+    if isinstance(value, str) and pattern.match(value):
         return value
-    warn(f"{kind} {value!r} is not a short label (letters, digits, _ . : -, at most 40); using {sc.ERROR_TYPE_OTHER}")
+    shown = repr(value)[:60] if isinstance(value, str) else f"of type {type(value).__name__}"
+    with _warned_lock:
+        first = (kind, shown) not in _warned and len(_warned) < _MAX_WARNED
+        if first:
+            _warned.add((kind, shown))
+    if first:
+        if pattern is _NAME:
+            allowed = "letters, digits, spaces, _ . : / -, at most 64"
+        else:
+            allowed = "letters, digits, _ . : -, at most 40"
+        warn(f"{kind} {shown} is not a short label ({allowed}); it is reported as {sc.ERROR_TYPE_OTHER}")
     return sc.ERROR_TYPE_OTHER
-
-
-class ActionState:
-    """The LLM calls an action made, gathered from whatever thread or task finished them."""
-
-    __slots__ = ("_lock", "intervals", "name", "span", "start_ns", "traffic_class")
-
-    def __init__(self, name: str, traffic_class: str | None) -> None:
-        self.name = name
-        self.traffic_class = traffic_class
-        self.start_ns = time.perf_counter_ns()
-        self.intervals: list[tuple[int, int]] = []
-        self.span: Any = None
-        self._lock = threading.Lock()
-
-    def add_call(self, start_ns: int, end_ns: int) -> None:
-        with self._lock:
-            self.intervals.append((start_ns, end_ns))
-
-    def llm_summary(self, end_ns: int) -> tuple[int, int, int]:
-        """(calls, summed call time, time at least one call was in flight), within the action."""
-        with self._lock:
-            spans = sorted((max(s, self.start_ns), min(e, end_ns)) for s, e in self.intervals)
-        total = sum(max(0, e - s) for s, e in spans)
-        busy = 0
-        cur_s = cur_e = None
-        for s, e in spans:
-            if e <= s:
-                continue
-            if cur_e is None or s > cur_e:
-                if cur_e is not None and cur_s is not None:
-                    busy += cur_e - cur_s
-                cur_s, cur_e = s, e
-            else:
-                cur_e = max(cur_e, e)
-        if cur_e is not None and cur_s is not None:
-            busy += cur_e - cur_s
-        return len(spans), total, busy
 
 
 def _recorder() -> Any:
@@ -93,12 +81,247 @@ def _recorder() -> Any:
     return FirstTokenInstrumentor().recorder
 
 
-class action:
-    """Measure a user action end to end. A context manager (sync and async) and a decorator.
+# -- what an action learns from its calls ---------------------------------------------------------
 
-    ``firsttoken.action(name, *, traffic_class=None, conversation_id=None, **attributes)``:
-    ``name`` is a low-cardinality action name (it is a metric dimension); ``attributes`` go on the
-    span only.
+MAX_INTERVALS = 4096
+"""Call intervals an action keeps before folding the older ones into a settled busy time."""
+_KEEP_AFTER_FOLD = 64
+
+
+class ActionState:
+    """The LLM calls an action made, gathered from whatever thread or task finished them.
+
+    Memory is bounded: past :data:`MAX_INTERVALS` calls, the union of all but the latest intervals
+    is folded into a number. A call that ends later but started before the fold only adds the part
+    after it (the busy time may then be slightly low; counts and summed time stay exact).
+    """
+
+    __slots__ = (
+        "_folded_until",
+        "_intervals",
+        "_lock",
+        "_settled_busy_ns",
+        "calls",
+        "name",
+        "parent",
+        "recorder",
+        "span",
+        "start_ns",
+        "total_ns",
+        "traffic_class",
+    )
+
+    def __init__(self, name: str, traffic_class: str | None, parent: ActionState | None = None) -> None:
+        self.name = name
+        self.traffic_class = traffic_class
+        self.parent = parent
+        self.start_ns = time.perf_counter_ns()
+        self.span: Any = None
+        self.recorder: Any = None
+        self.calls = 0
+        self.total_ns = 0
+        self._intervals: list[tuple[int, int]] = []
+        self._settled_busy_ns = 0
+        self._folded_until = self.start_ns
+        self._lock = threading.Lock()
+
+    def add_call(self, start_ns: int, end_ns: int) -> None:
+        """A call made inside this action ended; the actions around this one count it too."""
+        state: ActionState | None = self
+        while state is not None:
+            state._add(start_ns, end_ns)
+            state = state.parent
+
+    def _add(self, start_ns: int, end_ns: int) -> None:
+        start_ns = max(start_ns, self.start_ns)
+        with self._lock:
+            self.calls += 1
+            self.total_ns += max(0, end_ns - start_ns)
+            start_ns = max(start_ns, self._folded_until)
+            if end_ns > start_ns:
+                self._intervals.append((start_ns, end_ns))
+                if len(self._intervals) > MAX_INTERVALS:
+                    merged = _union(self._intervals)
+                    old, self._intervals = merged[:-_KEEP_AFTER_FOLD], merged[-_KEEP_AFTER_FOLD:]
+                    self._settled_busy_ns += sum(e - s for s, e in old)
+                    self._folded_until = self._intervals[0][0]
+
+    def llm_summary(self, end_ns: int) -> tuple[int, int, int]:
+        """(calls, summed call time, time at least one call was in flight), within the action."""
+        with self._lock:
+            intervals = [(s, min(e, end_ns)) for s, e in self._intervals]
+            calls, total, settled = self.calls, self.total_ns, self._settled_busy_ns
+        return calls, total, settled + sum(e - s for s, e in _union(intervals))
+
+
+def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint intervals covering the same time as ``intervals``."""
+    merged: list[tuple[int, int]] = []
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if merged and s <= merged[-1][1]:
+            if e > merged[-1][1]:
+                merged[-1] = (merged[-1][0], e)
+        else:
+            merged.append((s, e))
+    return merged
+
+
+# -- scopes ------------------------------------------------------------------------------------
+
+
+class _Entry:
+    """What one entry into a scope set, to undo on exit."""
+
+    __slots__ = ("otel", "recorder", "resets", "span", "start_ns", "state", "token")
+
+    def __init__(self) -> None:
+        self.resets: list[tuple[ContextVar[Any], Token[Any]]] = []
+        self.otel: Token[Context] | None = None
+        self.recorder: Any = None
+        self.token: Token[_Entry | None] | None = None
+        self.state: ActionState | None = None
+        self.span: Any = None
+        self.start_ns = time.perf_counter_ns()
+
+    def set(self, var: ContextVar[Any], value: Any) -> None:
+        self.resets.append((var, var.set(value)))
+
+    def attach(self, span: Any) -> None:
+        self.otel = otel_context.attach(trace.set_span_in_context(span))
+
+    def undo(self) -> None:
+        """Restore the context as it was before the entry, if this is still the context it set."""
+        if self.token is None:
+            return
+        try:
+            _ENTRY.reset(self.token)
+        except (ValueError, RuntimeError):
+            return  # exited in another context (a generator finalised elsewhere): nothing of ours here
+        if self.otel is not None:
+            otel_context.detach(self.otel)
+        for var, token in reversed(self.resets):
+            try:
+                var.reset(token)
+            except (ValueError, RuntimeError):
+                log.debug("firsttoken: could not restore %s", var.name, exc_info=True)
+
+
+class _Scope:
+    """A context manager (sync and async) and decorator; subclasses say what entering means."""
+
+    def __init__(self) -> None:
+        self._entries: list[_Entry] = []
+
+    def _fresh(self: S) -> S:
+        """A new scope with the same arguments: a decorated function opens one per call."""
+        raise NotImplementedError
+
+    def _start(self, entry: _Entry) -> None:
+        raise NotImplementedError
+
+    def _end(self, entry: _Entry, end_ns: int, exc: BaseException | None) -> None:
+        """Record the scope's end (the context is already restored)."""
+
+    def __enter__(self: S) -> S:
+        entry = _Entry()
+        try:
+            self._start(entry)
+        except Exception:  # never let telemetry break the app
+            log.debug("firsttoken: entering %s failed", type(self).__name__, exc_info=True)
+        entry.token = _ENTRY.set(entry)
+        self._entries.append(entry)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        end_ns = time.perf_counter_ns()
+        entry = self._take()
+        if entry is None:
+            return
+        entry.undo()
+        try:
+            self._end(entry, end_ns, exc)
+        except Exception:
+            log.debug("firsttoken: leaving %s failed", type(self).__name__, exc_info=True)
+
+    def _take(self) -> _Entry | None:
+        """This context's entry (one instance may be open in several tasks at once), else the last."""
+        current = _ENTRY.get()
+        for i in range(len(self._entries) - 1, -1, -1):
+            if self._entries[i] is current:
+                return self._entries.pop(i)
+        return self._entries.pop() if self._entries else None
+
+    async def __aenter__(self: S) -> S:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __call__(self, func: F) -> F:
+        fresh = self._fresh
+        if inspect.isasyncgenfunction(func):
+
+            @functools.wraps(func)
+            async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+                # ``async for`` would neither forward asend/athrow nor close the generator when the
+                # app stops early; this does both, inside the scope.
+                async with fresh():
+                    gen = func(*args, **kwargs)
+                    try:
+                        item = await gen.__anext__()
+                        while True:
+                            try:
+                                sent = yield item
+                            except GeneratorExit:
+                                raise
+                            except BaseException as exc:
+                                item = await gen.athrow(exc)
+                            else:
+                                item = await gen.asend(sent)
+                    except StopAsyncIteration:
+                        return
+                    finally:
+                        await gen.aclose()
+
+            return cast(F, agen_wrapper)
+        if inspect.isgeneratorfunction(func):
+
+            @functools.wraps(func)
+            def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+                with fresh():
+                    return (yield from func(*args, **kwargs))
+
+            return cast(F, gen_wrapper)
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                async with fresh():
+                    return await func(*args, **kwargs)
+
+            return cast(F, async_wrapper)
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with fresh():
+                return func(*args, **kwargs)
+
+        return cast(F, wrapper)
+
+
+class action(_Scope):
+    """Measure a user action end to end: a context manager (sync and async) and a decorator.
+
+    ``name`` is a low-cardinality action name (a metric dimension and the span name).
+    ``traffic_class`` (default: the enclosing one) labels every call inside. ``conversation_id``
+    sets ``gen_ai.conversation.id`` on the calls inside (and numbers their turns). ``attributes``
+    (str, bool, int or float values) go on the action span only.
     """
 
     def __init__(
@@ -109,190 +332,85 @@ class action:
         conversation_id: str | None = None,
         **attributes: Any,
     ) -> None:
-        self.name = _label("action name", name) or sc.ERROR_TYPE_OTHER
-        self.traffic_class = _label("traffic class", traffic_class)
-        self.conversation_id = conversation_id
+        super().__init__()
+        self.name = _label("action name", name, _NAME)
+        self.traffic_class = None if traffic_class is None else _label("traffic class", traffic_class)
+        self.conversation_id = None if conversation_id is None else str(conversation_id)
         self.attributes = attributes
-        self._stack: list[tuple[ActionState, list[Any]]] = []
-
-    # -- context manager -----------------------------------------------------------------
-
-    def __enter__(self) -> action:
-        traffic = self.traffic_class or TRAFFIC_CLASS.get()
-        state = ActionState(self.name, traffic)
-        tokens: list[Any] = [CURRENT_ACTION.set(state)]
-        tokens.append(TRAFFIC_CLASS.set(traffic))
-        tokens.append(CONVERSATION_ID.set(self.conversation_id or CONVERSATION_ID.get()))
-        recorder = _recorder()
-        if recorder is not None:
-            try:
-                state.span = recorder.start_action(state, self.attributes)
-                tokens.append(otel_context.attach(trace.set_span_in_context(state.span)))
-            except Exception:
-                state.span = None
-        self._stack.append((state, tokens))
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        state, tokens = self._stack.pop()
-        end_ns = time.perf_counter_ns()
-        if state.span is not None:
-            otel_context.detach(tokens.pop())
-        CONVERSATION_ID.reset(tokens.pop())
-        TRAFFIC_CLASS.reset(tokens.pop())
-        CURRENT_ACTION.reset(tokens.pop())
-        recorder = _recorder()
-        if state.span is not None and recorder is not None:
-            with contextlib.suppress(Exception):
-                recorder.finish_action(state, end_ns, exc)
-
-    async def __aenter__(self) -> action:
-        return self.__enter__()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
-
-    # -- decorator ----------------------------------------------------------------------
 
     def _fresh(self) -> action:
         return action(
             self.name, traffic_class=self.traffic_class, conversation_id=self.conversation_id, **self.attributes
         )
 
-    def __call__(self, func: F) -> F:
-        if inspect.isasyncgenfunction(func):
+    def _start(self, entry: _Entry) -> None:
+        traffic = self.traffic_class or TRAFFIC_CLASS.get()
+        state = entry.state = ActionState(self.name, traffic, CURRENT_ACTION.get())
+        entry.set(CURRENT_ACTION, state)
+        entry.set(TRAFFIC_CLASS, traffic)
+        attributes = self.attributes
+        if self.conversation_id is not None:
+            entry.set(CONVERSATION_ID, self.conversation_id)
+            attributes = {**attributes, sc.GEN_AI_CONVERSATION_ID: self.conversation_id}
+        recorder = _recorder()
+        if recorder is not None:
+            state.span = recorder.start_action(state, attributes)
+            state.recorder = recorder
+            entry.attach(state.span)
 
-            @functools.wraps(func)
-            async def agen_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async with self._fresh():
-                    async for item in func(*args, **kwargs):
-                        yield item
-
-            return cast(F, agen_wrapper)
-        if inspect.isgeneratorfunction(func):
-
-            @functools.wraps(func)
-            def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
-                with self._fresh():
-                    yield from func(*args, **kwargs)
-
-            return cast(F, gen_wrapper)
-        if inspect.iscoroutinefunction(func):
-
-            @functools.wraps(func)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async with self._fresh():
-                    return await func(*args, **kwargs)
-
-            return cast(F, async_wrapper)
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with self._fresh():
-                return func(*args, **kwargs)
-
-        return cast(F, wrapper)
+    def _end(self, entry: _Entry, end_ns: int, exc: BaseException | None) -> None:
+        state = entry.state
+        if state is not None and state.span is not None:
+            state.recorder.finish_action(state, end_ns, exc)
 
 
-class phase:
-    """Mark an app-side step (validation, retrieval, rendering) inside an action."""
+class phase(_Scope):
+    """Mark an app-side step (validation, retrieval, rendering) of an action: a span and a metric."""
 
     def __init__(self, name: str) -> None:
-        self.name = _label("phase name", name) or sc.ERROR_TYPE_OTHER
-        self._stack: list[tuple[Any, Any, int]] = []
+        super().__init__()
+        self.name = _label("phase name", name, _NAME)
 
-    def __enter__(self) -> phase:
+    def _fresh(self) -> phase:
+        return phase(self.name)
+
+    def _start(self, entry: _Entry) -> None:
+        entry.state = CURRENT_ACTION.get()
         recorder = _recorder()
-        span = token = None
         if recorder is not None:
-            try:
-                span = recorder.start_app_phase(self.name, CURRENT_ACTION.get())
-                token = otel_context.attach(trace.set_span_in_context(span))
-            except Exception:
-                span = None
-        self._stack.append((span, token, time.perf_counter_ns()))
-        return self
+            entry.span = recorder.start_app_phase(self.name, entry.state)
+            entry.recorder = recorder
+            entry.attach(entry.span)
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        span, token, start_ns = self._stack.pop()
-        if token is not None:
-            otel_context.detach(token)
-        recorder = _recorder()
-        if span is not None and recorder is not None:
-            with contextlib.suppress(Exception):
-                recorder.finish_app_phase(
-                    span, self.name, CURRENT_ACTION.get(), (time.perf_counter_ns() - start_ns) / 1e9, exc
-                )
-
-    async def __aenter__(self) -> phase:
-        return self.__enter__()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
-
-    def __call__(self, func: F) -> F:
-        if inspect.iscoroutinefunction(func):
-
-            @functools.wraps(func)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async with phase(self.name):
-                    return await func(*args, **kwargs)
-
-            return cast(F, async_wrapper)
-
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with phase(self.name):
-                return func(*args, **kwargs)
-
-        return cast(F, wrapper)
+    def _end(self, entry: _Entry, end_ns: int, exc: BaseException | None) -> None:
+        if entry.span is not None:
+            duration = (end_ns - entry.start_ns) / 1e9
+            entry.recorder.finish_app_phase(entry.span, self.name, entry.state, duration, exc)
 
 
-class traffic_class:
-    """Set the traffic class of every LLM call in a block (without opening an action)."""
+class traffic_class(_Scope):
+    """Set the traffic class of every LLM call in a block or function, without opening an action."""
 
     def __init__(self, label: str) -> None:
+        super().__init__()
         self.label = _label("traffic class", label)
-        self._tokens: list[Any] = []
 
-    def __enter__(self) -> traffic_class:
-        self._tokens.append(TRAFFIC_CLASS.set(self.label))
-        return self
+    def _fresh(self) -> traffic_class:
+        return traffic_class(self.label)
 
-    def __exit__(self, *exc: object) -> None:
-        TRAFFIC_CLASS.reset(self._tokens.pop())
-
-    async def __aenter__(self) -> traffic_class:
-        return self.__enter__()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.__exit__(*exc)
+    def _start(self, entry: _Entry) -> None:
+        entry.set(TRAFFIC_CLASS, self.label)
 
 
-class conversation:
-    """Set ``gen_ai.conversation.id`` on every LLM call in a block."""
+class conversation(_Scope):
+    """Set ``gen_ai.conversation.id`` on every LLM call in a block or function, numbering the turns."""
 
     def __init__(self, conversation_id: str) -> None:
-        self.conversation_id = conversation_id
-        self._tokens: list[Any] = []
+        super().__init__()
+        self.conversation_id = str(conversation_id)
 
-    def __enter__(self) -> conversation:
-        self._tokens.append(CONVERSATION_ID.set(self.conversation_id))
-        return self
+    def _fresh(self) -> conversation:
+        return conversation(self.conversation_id)
 
-    def __exit__(self, *exc: object) -> None:
-        CONVERSATION_ID.reset(self._tokens.pop())
-
-    async def __aenter__(self) -> conversation:
-        return self.__enter__()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.__exit__(*exc)
+    def _start(self, entry: _Entry) -> None:
+        entry.set(CONVERSATION_ID, self.conversation_id)

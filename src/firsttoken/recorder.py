@@ -8,6 +8,7 @@ linking a histogram bucket to the trace that filled it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -481,7 +482,8 @@ class Recorder:
                 attrs[sc.FT_ACTION_LLM_SHARE] = min(1.0, busy_ns / 1e9 / duration)
             if busy_ns > 0:
                 attrs[sc.FT_ACTION_LLM_PARALLELISM] = total_ns / busy_ns
-            if exc is not None and not isinstance(exc, GeneratorExit):
+            # Leaving a generator early, cancellation and Ctrl-C are not errors (as for calls).
+            if exc is not None and not isinstance(exc, (GeneratorExit, asyncio.CancelledError, KeyboardInterrupt)):
                 error = type(exc).__qualname__
                 attrs[sc.ERROR_TYPE] = error
                 metric_attrs[sc.ERROR_TYPE] = error

@@ -231,7 +231,8 @@ M_CONVERSATION_INPUT_TOKENS: Final = "firsttoken.client.conversation.input_token
 M_CONVERSATION_TTFT: Final = "firsttoken.client.conversation.time_to_first_token"
 """Input tokens and TTFT by conversation turn bucket: context growth and what it costs."""
 M_SDK_CLIENTS: Final = "firsttoken.client.sdk_clients"
-"""Counter of SDK client instances seen making calls; next to the call count it shows per-call clients."""
+"""Counter of SDK connection pools seen making their first call (a client and its ``with_options()``
+copies share one); next to the call count it shows per-call clients."""
 
 M_ACTION_DURATION: Final = "firsttoken.app.action.duration"
 """Application end-to-end: user action to result rendered, by action name and traffic class."""

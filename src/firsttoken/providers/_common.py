@@ -98,7 +98,7 @@ def to_json(value: Any) -> str:
     def default(obj: Any) -> Any:
         dump = getattr(obj, "model_dump", None)
         if callable(dump):
-            return dump(mode="json", exclude_none=True)
+            return dump(mode="json", exclude_none=True, warnings=False)
         return str(obj)
 
     return json.dumps(value, default=default, ensure_ascii=False, separators=(",", ":"))

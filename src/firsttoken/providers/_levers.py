@@ -25,7 +25,7 @@ _lock = threading.Lock()
 _prefixes: set[str] = set()
 _conversations: OrderedDict[str, int] = OrderedDict()
 _clients: dict[int, list[Any]] = {}
-"""id(client) -> [calls, weak reference]; an entry leaves when its client is collected."""
+"""id(connection pool) -> [calls, weak reference]; an entry leaves when its pool is collected."""
 _dropped_after_one_call = 0
 _warned_clients = False
 
@@ -55,19 +55,32 @@ def conversation_turn(conversation_id: str) -> int:
 def _dropped(key: int, entry: list[Any], _ref: Any) -> None:
     # Runs when the client is collected, maybe inside the garbage collector: no locks here.
     global _dropped_after_one_call
+    if _clients.get(key) is not entry:
+        return  # forgotten by reset()
     _clients.pop(key, None)
     if entry[0] == 1:
         _dropped_after_one_call += 1
 
 
-def client_seen(client: Any, provider: str) -> bool:
-    """Whether this is the first call of an SDK client instance.
+def _pool_of(client: Any) -> Any:
+    """The HTTP client (connection pool) behind an SDK client.
 
-    Warns once when clients keep being dropped after a single call: each new client has its own
+    Copies made with ``with_options()`` and SDK clients given the same ``http_client=`` share one
+    pool, and so cost no new connections: they count as one client here.
+    """
+    pool = getattr(client, "_client", None)
+    return client if pool is None else pool
+
+
+def client_seen(client: Any, provider: str) -> bool:
+    """Whether this is the first call made through this SDK client's connection pool.
+
+    Warns once when pools keep being dropped after a single call: each new client has its own
     connection pool, so every call pays DNS, TCP and TLS again.
     """
     global _warned_clients
-    key = id(client)
+    pool = _pool_of(client)
+    key = id(pool)
     with _lock:
         entry = _clients.get(key)
         if entry is not None:
@@ -76,17 +89,18 @@ def client_seen(client: Any, provider: str) -> bool:
         else:
             entry = [1]
             try:
-                entry.append(weakref.ref(client, partial(_dropped, key, entry)))
+                entry.append(weakref.ref(pool, partial(_dropped, key, entry)))
             except TypeError:  # not weak-referenceable: cannot tell
                 return False
             _clients[key] = entry
             new = True
-        warn_now = _dropped_after_one_call >= PER_CALL_CLIENT_WARNING_AFTER and not _warned_clients
+        dropped = _dropped_after_one_call
+        warn_now = dropped >= PER_CALL_CLIENT_WARNING_AFTER and not _warned_clients
         if warn_now:
             _warned_clients = True
     if warn_now:
         warn(
-            f"{_dropped_after_one_call} {provider} SDK clients were created, used for one call and dropped; "
+            f"{dropped} SDK clients were created, used for one call and dropped (the last one: {provider}); "
             "every new client opens new connections (DNS, TCP and TLS before the first token). "
             "Create one client at start-up and reuse it."
         )

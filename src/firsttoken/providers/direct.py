@@ -16,9 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import semconv as sc
+from ..app import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS
 from ..recorder import Recorder
 from ..timeline import Timeline
 from . import _common as common
+from . import _levers as levers
 from . import server_timing
 
 log = logging.getLogger("firsttoken")
@@ -85,6 +87,11 @@ def start(recorder: Recorder, provider_of: common.ProviderResolver, request: Any
         on_finish=recorder.finish,
     )
     tl.api_type = api_type
+    tl.traffic_class = TRAFFIC_CLASS.get()
+    tl.conversation_id = CONVERSATION_ID.get()
+    if tl.conversation_id is not None:
+        tl.conversation_turn = levers.conversation_turn(tl.conversation_id)
+    tl.action = CURRENT_ACTION.get()
     recorder.start(tl)
     return tl, family
 
