@@ -109,11 +109,41 @@ def _tls_facts(tl: Timeline, stream: Any) -> None:
     tl.extra[sc.TLS_RESUMED] = bool(ssl_object.session_reused)
 
 
+# What each httpcore event means to a call, worked out once per event name (there are a few dozen):
+# (step of the connection or request, "started" | "complete" | "failed"), or None when it means nothing.
+_STEPS = frozenset(
+    {
+        "connect_tcp",
+        "connect_unix_socket",
+        "start_tls",
+        "send_connection_init",
+        "send_request_headers",
+        "send_request_body",
+        "receive_response_headers",
+    }
+)
+_events: dict[str, tuple[str, str] | None] = {}
+
+
+def _meaning(event: str) -> tuple[str, str] | None:
+    try:
+        return _events[event]
+    except KeyError:
+        head, _, step = event.rpartition(".")
+        kind = head.rpartition(".")[2]  # "connection.connect_tcp.started" -> "connect_tcp"
+        meaning = (kind, step) if kind in _STEPS else None
+        if len(_events) < 256:
+            _events[event] = meaning
+        return meaning
+
+
 def on_event(tl: Timeline, event: str, info: dict[str, Any]) -> None:
     """One httpcore trace event of one of the call's requests -> cuts and facts."""
+    meaning = _meaning(event)
+    if meaning is None:
+        return
     now = time.perf_counter_ns()
-    kind = event.rpartition(".")[0].rpartition(".")[2]  # "connection.connect_tcp.started" -> "connect_tcp"
-    step = event.rpartition(".")[2]
+    kind, step = meaning
     if kind == "connect_tcp" or kind == "connect_unix_socket":
         if step == "started":
             tl.connect_ns = now
