@@ -243,8 +243,12 @@ def micro_per_chunk(chunks: int = 200_000) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls and rounds")
+    parser.add_argument("--calls", type=int, default=100, help="streamed calls per workload (default: 100)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: 5)")
     args = parser.parse_args()
-    calls, rounds = (30, 2) if args.quick else (100, 5)
+    if args.calls < 1 or args.rounds < 1:
+        parser.error("--calls and --rounds must be at least 1")
+    calls, rounds = (30, 2) if args.quick else (args.calls, args.rounds)
     results = end_to_end(calls, rounds)
     print(f"CPU added by firsttoken (median of {rounds} interleaved rounds of {calls} streamed calls)\n")
     print(f"{'sdk':10} {'configuration':32} {'per call µs':>12} {'per chunk µs':>13}")
