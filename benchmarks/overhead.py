@@ -201,6 +201,68 @@ def httpcore_trace_cost(calls: int, rounds: int) -> float:
     return statistics.median(diffs) * 1e6
 
 
+def micro_wire_hooks(requests: int = 20_000) -> float:
+    """firsttoken's wire hooks alone (µs per request): the trace callback for every event httpcore
+    emits for a request on a new HTTP/1.1 connection, the DNS hook, the callback's installation and
+    the TLS-free facts, with no network in the loop."""
+    import httpx2
+
+    from firsttoken import semconv as sc
+    from firsttoken import transport
+    from firsttoken.timeline import Timeline
+
+    events = [
+        f"{prefix}.{step}.{edge}"
+        for prefix, step in (
+            ("connection", "connect_tcp"),
+            ("http11", "send_request_headers"),
+            ("http11", "send_request_body"),
+            ("http11", "receive_response_headers"),
+            ("http11", "receive_response_body"),
+            ("http11", "response_closed"),
+        )
+        for edge in ("started", "complete")
+    ]
+    lookup = transport.__dict__["_getaddrinfo"]
+
+    def resolve(*args: Any, **kwargs: Any) -> Any:
+        return None
+
+    def one() -> None:
+        tl = Timeline(
+            provider="openai", operation=sc.OP_CHAT, request_model="m", server_address=None, server_port=None,
+            stream=True, on_finish=lambda _t: None,
+        )  # fmt: skip
+        request = httpx2.Request("POST", "http://127.0.0.1:1/v1/chat/completions", content=b"{}")
+        transport._before_send(tl, request, False)
+        trace = request.extensions["trace"]
+        for event in events[:2]:
+            trace(event, {})
+        lookup(resolve, None, ("127.0.0.1", 1), {})
+        for event in events[2:]:
+            trace(event, {})
+
+    transport._wire = True
+    one()
+    start = time.perf_counter()
+    for _ in range(requests):
+        one()
+    with_hooks = time.perf_counter() - start
+    transport._wire = False
+    start = time.perf_counter()
+    for _ in range(requests):
+        tl = Timeline(
+            provider="openai", operation=sc.OP_CHAT, request_model="m", server_address=None, server_port=None,
+            stream=True, on_finish=lambda _t: None,
+        )  # fmt: skip
+        transport._before_send(
+            tl, httpx2.Request("POST", "http://127.0.0.1:1/v1/chat/completions", content=b"{}"), False
+        )
+    without = time.perf_counter() - start
+    transport._wire = True
+    return (with_hooks - without) / requests * 1e6
+
+
 def micro_per_chunk(chunks: int = 200_000) -> float:
     """The observer's own cost per chunk (µs), with no network and no SDK parsing in the loop."""
     from openai.types.chat import ChatCompletionChunk
@@ -260,6 +322,7 @@ def main() -> None:
         print(f"{name:10} {'wire hooks alone':32} {wire:12.1f}")
         print(f"{name:10} {'(uninstrumented call)':32} {configs['default']['baseline_us']:12.1f}\n")
     print(f"observer hot path alone: {micro_per_chunk(50_000 if args.quick else 200_000):.2f} µs per chunk")
+    print(f"firsttoken's wire hooks alone (no network): {micro_wire_hooks():.2f} µs per request")
     print(
         f"httpcore's own cost of a trace callback that does nothing: "
         f"{httpcore_trace_cost(calls * 3, rounds):.1f} µs per request"
