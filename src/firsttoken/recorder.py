@@ -200,8 +200,9 @@ class Recorder:
             phases = self.phases(tl)
             if self.settings.phase_spans and span.is_recording():
                 self._phase_spans(span, tl, phases)
-            self._metrics(span, tl)
-            self._wire_metrics(tl, phases)
+            ctx = trace.set_span_in_context(span)  # metrics in the span's context: exemplars
+            self._metrics(tl, ctx)
+            self._wire_metrics(tl, phases, ctx)
         except Exception:  # never let telemetry break the app
             log.debug("firsttoken: recording a call failed", exc_info=True)
         finally:
@@ -351,8 +352,7 @@ class Recorder:
             )
             child.end(end_time=tl.wall_ns(end))
 
-    def _metrics(self, span: Span, tl: Timeline) -> None:
-        ctx = trace.set_span_in_context(span)
+    def _metrics(self, tl: Timeline, ctx: Any) -> None:
         attrs: dict[str, AttributeValue] = {
             sc.GEN_AI_OPERATION_NAME: tl.operation,
             sc.GEN_AI_PROVIDER_NAME: tl.provider,
@@ -403,9 +403,8 @@ class Recorder:
                 self._reasoning_tokens.add(tl.reasoning_tokens, attrs, context=ctx)
         self._lever_metrics(tl, attrs, ctx)
 
-    def _wire_metrics(self, tl: Timeline, phases: list[tuple[int, int, str]]) -> None:
+    def _wire_metrics(self, tl: Timeline, phases: list[tuple[int, int, str]], ctx: Any) -> None:
         """Where the time went: phase durations, connection reuse, bytes on the wire."""
-        ctx = trace.set_span_in_context(tl.span)
         base: dict[str, AttributeValue] = {sc.GEN_AI_PROVIDER_NAME: tl.provider}
         if tl.request_model:
             base[sc.GEN_AI_REQUEST_MODEL] = tl.request_model

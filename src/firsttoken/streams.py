@@ -65,13 +65,6 @@ def _on_chunk(tl: Timeline, now: int) -> None:
     tl.chunk_count += 1
 
 
-def _observe_item(tl: Timeline, observe: Observer, item: Any, now: int) -> None:
-    try:
-        observe(tl, item, now)
-    except Exception:
-        log.debug("firsttoken: reading a streamed item failed", exc_info=True)
-
-
 def observe_sync(items: Iterator[T], tl: Timeline, observe: Observer) -> Iterator[T]:
     """Yield exactly what ``items`` yields, timing each item and ending the call once."""
     clock = time.perf_counter_ns
@@ -79,7 +72,10 @@ def observe_sync(items: Iterator[T], tl: Timeline, observe: Observer) -> Iterato
         for item in items:
             now = clock()
             _on_chunk(tl, now)
-            _observe_item(tl, observe, item, now)
+            try:
+                observe(tl, item, now)
+            except Exception:  # a surprise in an item must not reach the app
+                log.debug("firsttoken: reading a streamed item failed", exc_info=True)
             yield item
     except GeneratorExit:
         # Only the garbage collector (or a close of this private generator) gets here. Closing the
@@ -103,7 +99,10 @@ async def observe_async(items: AsyncIterator[T], tl: Timeline, observe: Observer
         async for item in items:
             now = clock()
             _on_chunk(tl, now)
-            _observe_item(tl, observe, item, now)
+            try:
+                observe(tl, item, now)
+            except Exception:  # a surprise in an item must not reach the app
+                log.debug("firsttoken: reading a streamed item failed", exc_info=True)
             yield item
     except GeneratorExit:
         tl.on_close = None
