@@ -172,6 +172,13 @@ class Timeline:
                 latest = mark
         return latest
 
+    def output_token(self, now_ns: int) -> None:
+        """A streamed item carrying generated output arrived (every provider's observer calls this)."""
+        if self.first_token_ns is None:
+            self.first_token_ns = now_ns
+        self.last_token_ns = now_ns
+        self.token_chunk_count += 1
+
     def cut(self, at_ns: int, phase: str) -> None:
         """The phase ``phase`` ends at ``at_ns`` (and the next one starts there)."""
         self.cuts.append((at_ns, phase))

@@ -131,10 +131,7 @@ def observe_event(tl: Timeline, event: Any, now: int) -> None:
     if kind == "content_block_delta":
         delta = event.delta
         if delta.type in _CONTENT_DELTAS:
-            if tl.first_token_ns is None:
-                tl.first_token_ns = now
-            tl.last_token_ns = now
-            tl.token_chunk_count += 1
+            tl.output_token(now)
             if tl.capture is not None and delta.type == "text_delta":
                 common.append_output(tl, delta.text)
     elif kind == "message_start":

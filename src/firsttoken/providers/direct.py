@@ -110,13 +110,6 @@ def _read_whole(tl: Timeline, data: Mapping[str, Any], family: str) -> None:
         read_openai(tl, data)
 
 
-def _token(tl: Timeline, now: int) -> None:
-    if tl.first_token_ns is None:
-        tl.first_token_ns = now
-    tl.last_token_ns = now
-    tl.token_chunk_count += 1
-
-
 def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int) -> bool:
     """One parsed SSE event; returns whether it was the stream's terminal event."""
     from .anthropic import _read_message
@@ -126,7 +119,7 @@ def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int
     kind = event.get("type")
     if family == "anthropic":
         if kind == "content_block_delta":
-            _token(tl, now)
+            tl.output_token(now)
         elif kind == "message_start":
             _read_message(tl, event.get("message") or {})
         elif kind == "message_delta":
@@ -137,7 +130,7 @@ def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int
         return kind == "message_stop"
     if isinstance(kind, str):  # Responses API events
         if kind.endswith(".delta"):
-            _token(tl, now)
+            tl.output_token(now)
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             response = event.get("response") or {}
             _read_identity(tl, response)
@@ -157,7 +150,7 @@ def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int
         if choice.get("finish_reason"):
             tl.finish_reasons[choice.get("index", 0)] = choice["finish_reason"]
     if produced:
-        _token(tl, now)
+        tl.output_token(now)
     if event.get("usage"):
         _read_usage(tl, event["usage"])
     if tl.response_id is None:

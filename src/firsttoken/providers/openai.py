@@ -223,13 +223,6 @@ def read_result(tl: Timeline, result: Any) -> None:
 # -- streamed items --------------------------------------------------------------------------
 
 
-def _token(tl: Timeline, now: int) -> None:
-    if tl.first_token_ns is None:
-        tl.first_token_ns = now
-    tl.last_token_ns = now
-    tl.token_chunk_count += 1
-
-
 def _delta_has_output(delta: Any) -> bool:
     # ChoiceDelta.audio is a field from openai 3.25; before, it is an attribute only when sent.
     if delta.content or delta.tool_calls or delta.refusal or delta.function_call or getattr(delta, "audio", None):
@@ -253,7 +246,7 @@ def observe_chat_chunk(tl: Timeline, chunk: Any, now: int) -> None:
                 tl.finish_reasons[choice.index] = choice.finish_reason
                 final = True
         if produced:
-            _token(tl, now)
+            tl.output_token(now)
     usage = chunk.usage
     if usage is not None:
         _read_usage(tl, usage)
@@ -275,7 +268,7 @@ def observe_completion_chunk(tl: Timeline, chunk: Any, now: int) -> None:
             if choice.finish_reason is not None:
                 tl.finish_reasons[choice.index] = choice.finish_reason
         if produced:
-            _token(tl, now)
+            tl.output_token(now)
     usage = chunk.usage
     if usage is not None:
         _read_usage(tl, usage)
@@ -304,7 +297,7 @@ _RESPONSE_TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplet
 def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
     kind = event.type
     if kind in _RESPONSE_OUTPUT_EVENTS:
-        _token(tl, now)
+        tl.output_token(now)
         if tl.capture is not None and kind == "response.output_text.delta":
             common.append_output(tl, event.delta)
     elif kind in _RESPONSE_TERMINAL_EVENTS:
