@@ -163,6 +163,145 @@ def end_to_end(calls: int, rounds: int) -> dict[str, dict[str, dict[str, float]]
     return out
 
 
+# -- instruction counts: a deterministic measure ------------------------------------------------
+
+# Segments run by the child under callgrind, in this order; each becomes one callgrind dump.
+COUNTED_CONFIGS = ("", "default", "no phase spans", "10% sampled", "firsttoken only", "firsttoken only, no wire hooks")
+COUNTED_CALLS = {SHORT: 20, LONG: 4}
+
+
+def _counted_child(counted: Sequence[str]) -> None:
+    """Runs under callgrind: every workload and configuration, each measured stretch of calls inside
+    ``sys.call_tracing`` so that callgrind collects exactly that stretch (``--toggle-collect``) and
+    dumps it when it ends (``--dump-after``). Everything else (start-up, imports, warm-up, the
+    instrument() and uninstrument() calls) is not counted."""
+    import sys
+
+    import anthropic
+    import openai
+
+    import firsttoken
+
+    parent, child = mp.Pipe()
+    server = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
+    server.start()  # not under valgrind: the child runs the real interpreter, natively
+    openai_url, anthropic_url = parent.recv()
+    workloads = {
+        "openai": (_openai_workload, openai.OpenAI(base_url=openai_url, api_key="sk-bench", max_retries=0)),
+        "anthropic": (
+            _anthropic_workload,
+            anthropic.Anthropic(base_url=anthropic_url, api_key="sk-bench", max_retries=0),
+        ),
+    }
+    configs = _configs()
+    try:
+        for run, client in workloads.values():
+            run(client, 5, SHORT)
+        for config in ("", *counted):
+            if config:
+                firsttoken.instrument(**configs[config]())
+            for name, (run, client) in workloads.items():
+                for n, calls in COUNTED_CALLS.items():
+                    run(client, 2, n)  # warm this configuration's code paths
+                    sys.call_tracing(run, (client, calls, n))
+                    print(f"segment\t{name}\t{config}\t{n}\t{calls}", flush=True)
+            if config:
+                firsttoken.uninstrument()
+    finally:
+        parent.send("stop")
+        server.join(10)
+
+
+def _user_seconds_per_call(run: Callable[..., float], client: Any, calls: int) -> float:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    run(client, calls, SHORT)
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_utime - before) / calls
+
+
+def _calibrate(calls: int = 300) -> dict[str, float]:
+    """User-mode CPU seconds of one uninstrumented streamed call, natively: with the instruction
+    count of the same call, the time one instruction of this workload takes on this machine."""
+    import anthropic
+    import openai
+
+    parent, child = mp.Pipe()
+    server = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
+    server.start()
+    openai_url, anthropic_url = parent.recv()
+    try:
+        oc = openai.OpenAI(base_url=openai_url, api_key="sk-bench", max_retries=0)
+        ac = anthropic.Anthropic(base_url=anthropic_url, api_key="sk-bench", max_retries=0)
+        _openai_workload(oc, 20, SHORT)
+        _anthropic_workload(ac, 20, SHORT)
+        out = {"openai": [], "anthropic": []}  # type: dict[str, list[float]]
+        for _ in range(5):
+            out["openai"].append(_user_seconds_per_call(_openai_workload, oc, calls // 5))
+            out["anthropic"].append(_user_seconds_per_call(_anthropic_workload, ac, calls // 5))
+    finally:
+        parent.send("stop")
+        server.join(10)
+    return {name: statistics.median(values) for name, values in out.items()}
+
+
+def instructions(counted: Sequence[str] = COUNTED_CONFIGS[1:]) -> dict[str, dict[str, dict[str, float]]]:
+    """{sdk: {config: {per_call_instr, per_chunk_instr, per_call_us, per_chunk_us, baseline_instr}}}
+
+    Instruction counts under ``valgrind --tool=callgrind`` are repeatable (the same workload counts
+    the same within about 0.5 %, whatever else the machine is doing), so differences of a few
+    microseconds show, where CPU time on a 2-core machine drifts by ±50-100 µs per call. They are
+    turned into microseconds with the time one instruction of the uninstrumented workload takes
+    natively (user-mode CPU time / instructions).
+    """
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+    with tempfile.TemporaryDirectory() as tmp:
+        out_file = os.path.join(tmp, "callgrind.out")
+        proc = subprocess.run(
+            [
+                "valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=sys_call_tracing",
+                "--dump-after=sys_call_tracing", f"--callgrind-out-file={out_file}",
+                sys.executable, os.path.abspath(__file__), "--counted-child", ",".join(counted),
+            ],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        segments = [line.split("\t")[1:] for line in proc.stdout.splitlines() if line.startswith("segment\t")]
+        if proc.returncode != 0 or not segments:
+            raise SystemExit(f"the callgrind run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        counts: dict[tuple[str, str, int], float] = {}
+        for number, (name, config, n, calls) in enumerate(segments, start=1):
+            with open(f"{out_file}.{number}") as dump:
+                total = next(int(line.split()[1]) for line in dump if line.startswith(("summary:", "totals:")))
+            counts[(name, config, int(n))] = total / int(calls)
+    seconds = _calibrate()
+    extra = {"openai": 3, "anthropic": 5}
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name in ("openai", "anthropic"):
+        base = {n: counts[(name, "", n)] for n in COUNTED_CALLS}
+        us_per_instr = seconds[name] / base[SHORT] * 1e6
+        out[name] = {}
+        for config in counted:
+            added = {n: counts[(name, config, n)] - base[n] for n in COUNTED_CALLS}
+            per_chunk = (added[LONG] - added[SHORT]) / (LONG - SHORT)
+            per_call = added[SHORT] - per_chunk * (SHORT + extra[name])
+            out[name][config] = {
+                "baseline_instr": base[SHORT],
+                "baseline_us": seconds[name] * 1e6,
+                "per_call_instr": per_call,
+                "per_chunk_instr": per_chunk,
+                "per_call_us": per_call * us_per_instr,
+                "per_chunk_us": per_chunk * us_per_instr,
+            }
+    return out
+
+
 def httpcore_trace_cost(calls: int, rounds: int) -> float:
     """CPU (µs per request) that httpcore itself spends when a request carries a trace callback.
 
@@ -307,7 +446,41 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer calls and rounds")
     parser.add_argument("--calls", type=int, default=100, help="streamed calls per workload (default: 100)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default: 5)")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions under valgrind's callgrind instead of timing (deterministic, ~3 minutes)",
+    )
+    parser.add_argument(
+        "--configs",
+        default=",".join(COUNTED_CONFIGS[1:]),
+        help="with --instructions: the configurations to count, comma-separated (default: all)",
+    )
+    parser.add_argument("--counted-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.counted_child is not None:
+        _counted_child(args.counted_child.split(","))
+        return
+    if args.instructions:
+        wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
+        unknown = sorted(set(wanted) - set(COUNTED_CONFIGS[1:]))
+        if unknown or not wanted:
+            parser.error(f"--configs: unknown {unknown}; choose from {', '.join(COUNTED_CONFIGS[1:])}")
+        counted = instructions(wanted)
+        print("Instructions added by firsttoken per call and per chunk (callgrind), and what they take here\n")
+        print(f"{'sdk':10} {'configuration':32} {'per call':>12} {'µs':>7} {'per chunk':>10} {'µs':>6}")
+        for name, configs in counted.items():
+            for config, r in configs.items():
+                print(
+                    f"{name:10} {config:32} {r['per_call_instr']:12,.0f} {r['per_call_us']:7.1f} "
+                    f"{r['per_chunk_instr']:10,.0f} {r['per_chunk_us']:6.2f}"
+                )
+            base = next(iter(configs.values()))
+            print(
+                f"{name:10} {'(uninstrumented call)':32} {base['baseline_instr']:12,.0f} {base['baseline_us']:7.1f}\n"
+            )
+        print(f"targets: per chunk < {TARGET_PER_CHUNK_US} µs, per call < {TARGET_PER_CALL_US} µs")
+        return
     if args.calls < 1 or args.rounds < 1:
         parser.error("--calls and --rounds must be at least 1")
     calls, rounds = (30, 2) if args.quick else (args.calls, args.rounds)
