@@ -441,6 +441,40 @@ def micro_per_chunk(chunks: int = 200_000) -> float:
     return (time.perf_counter() - start - base) / len(items) * 1e6
 
 
+def micro_prefix_hash(calls: int = 2_000) -> tuple[float, float]:
+    """(µs on first sight, µs on a repeat) to label a realistic prompt prefix: a 4 KB system prompt
+    and a dozen tool definitions (about 14 KB of JSON), as an agent sends on every call."""
+    from firsttoken.providers import _levers
+
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "tool",
+            "description": "Does a thing with the input and returns a result. " * 5,
+            "parameters": {
+                "type": "object",
+                "properties": {f"p{j}": {"type": "string", "description": "param " * 5} for j in range(6)},
+                "required": ["p0"],
+            },
+        },
+    }
+    tools = [{**tool, "function": {**tool["function"], "name": f"tool_{i}"}} for i in range(12)]
+    system = "You are a helpful assistant. " * 150
+    _levers.reset()
+    start = time.perf_counter()
+    for n in range(calls):
+        _levers.prefix_hash(([system + str(n)], tools))  # new every time
+    first = (time.perf_counter() - start) / calls
+    _levers.prefix_hash(([system], tools))
+    _levers.prefix_hash(([system], tools))
+    start = time.perf_counter()
+    for _ in range(calls):
+        _levers.prefix_hash(([system], [dict(t) for t in tools]))  # equal, built anew, as SDKs do
+    repeat = (time.perf_counter() - start) / calls
+    _levers.reset()
+    return first * 1e6, repeat * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls and rounds")
@@ -496,6 +530,8 @@ def main() -> None:
         print(f"{name:10} {'(uninstrumented call)':32} {configs['default']['baseline_us']:12.1f}\n")
     print(f"observer hot path alone: {micro_per_chunk(50_000 if args.quick else 200_000):.2f} µs per chunk")
     print(f"firsttoken's wire hooks alone (no network): {micro_wire_hooks():.2f} µs per request")
+    first, repeat = micro_prefix_hash()
+    print(f"prompt-prefix label, 14 KB prefix: {first:.0f} µs the first time, {repeat:.1f} µs on a repeat")
     print(
         f"httpcore's own cost of a trace callback that does nothing: "
         f"{httpcore_trace_cost(calls * 3, rounds):.1f} µs per request"

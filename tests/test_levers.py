@@ -147,6 +147,28 @@ def test_prefix_hash_is_stable_and_not_the_text() -> None:
     assert "helpful" not in first and len(first) == 12
 
 
+def test_prefix_seen_again_is_recognised_without_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
+    _levers.reset()
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    parts = (["You are helpful."], tools)
+    first = _levers.prefix_hash(parts)
+    assert _levers._recent == [], "a prefix seen once is not copied"
+    assert _levers.prefix_hash((["You are helpful."], [dict(tools[0])])) == first  # equal, not identical
+    assert [label for _, label in _levers._recent] == [first]
+    hashed: list[str] = []
+    real = _levers.hashlib.blake2b
+    monkeypatch.setattr(_levers.hashlib, "blake2b", lambda data, **kw: hashed.append("x") or real(data, **kw))
+    assert _levers.prefix_hash((["You are helpful."], tools)) == first
+    assert hashed == [], "a remembered prefix is matched by comparison"
+    tools[0]["function"]["name"] = "search"  # changed in place: the copy no longer matches
+    changed = _levers.prefix_hash(parts)
+    assert changed != first and hashed == ["x"]
+    for n in range(3 * _levers.RECENT_PREFIXES):  # a prefix new on every call is never kept
+        _levers.prefix_hash(([f"user {n}"], None))
+    assert [label for _, label in _levers._recent] == [first]
+    _levers.reset()
+
+
 def test_prefix_cap(telemetry: Telemetry, sim: Simulator) -> None:
     client = oclient(sim)
 

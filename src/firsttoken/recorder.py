@@ -19,7 +19,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from . import semconv as sc
-from ._sums import SummedCounter
+from ._sums import Key, SummedCounter, add_all
 from .config import Settings
 from .timeline import STREAM_TEXT_KEY, Timeline, turn_bucket
 
@@ -201,8 +201,10 @@ class Recorder:
             if self.settings.phase_spans and span.is_recording():
                 self._phase_spans(span, tl, phases)
             ctx = trace.set_span_in_context(span)  # metrics in the span's context: exemplars
-            self._metrics(tl, ctx)
-            self._wire_metrics(tl, phases, ctx)
+            sums: list[tuple[SummedCounter, float, Key]] = []
+            self._metrics(tl, ctx, sums)
+            self._wire_metrics(tl, phases, ctx, sums)
+            add_all(sums)
         except Exception:  # never let telemetry break the app
             log.debug("firsttoken: recording a call failed", exc_info=True)
         finally:
@@ -352,22 +354,20 @@ class Recorder:
             )
             child.end(end_time=tl.wall_ns(end))
 
-    def _metrics(self, tl: Timeline, ctx: Any) -> None:
-        attrs: dict[str, AttributeValue] = {
-            sc.GEN_AI_OPERATION_NAME: tl.operation,
-            sc.GEN_AI_PROVIDER_NAME: tl.provider,
-            sc.GEN_AI_REQUEST_STREAM: tl.stream,
-        }
+    def _metrics(self, tl: Timeline, ctx: Any, sums: list[tuple[SummedCounter, float, Key]]) -> None:
+        # The lever metrics' attributes are a subset: operation, provider, model, traffic class.
+        base: dict[str, AttributeValue] = {sc.GEN_AI_OPERATION_NAME: tl.operation, sc.GEN_AI_PROVIDER_NAME: tl.provider}
         if tl.request_model:
-            attrs[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
+            base[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
+        if tl.traffic_class:
+            base[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
+        attrs: dict[str, AttributeValue] = {**base, sc.GEN_AI_REQUEST_STREAM: tl.stream}
         if tl.response_model:
             attrs[sc.GEN_AI_RESPONSE_MODEL] = tl.response_model
         if tl.server_address:
             attrs[sc.SERVER_ADDRESS] = tl.server_address
             if tl.server_port is not None:
                 attrs[sc.SERVER_PORT] = tl.server_port
-        if tl.traffic_class:
-            attrs[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
         if tl.error_type:
             attrs[sc.ERROR_TYPE] = tl.error_type
 
@@ -387,23 +387,26 @@ class Recorder:
             if self._chunk_gap is not None and tl.chunk_gaps:
                 for gap in tl.chunk_gaps:
                     self._chunk_gap.record(gap / 1e9, attrs, context=ctx)
+        key = tuple(attrs.items())
         if tl.input_tokens is not None:
             self._token_usage.record(tl.input_tokens, {**attrs, sc.GEN_AI_TOKEN_TYPE: sc.TOKEN_TYPE_INPUT}, context=ctx)
-            self._input_tokens.add(tl.input_tokens, attrs, context=ctx)
-            # Zero is recorded too, so that the cache-hit ratio has a denominator and a numerator
+            # Zero is counted too, so that the cache-hit ratio has a denominator and a numerator
             # for every model that reported usage.
-            self._cache_read.add(tl.cache_read_tokens or 0, attrs, context=ctx)
-            self._cache_creation.add(tl.cache_creation_tokens or 0, attrs, context=ctx)
+            sums.append((self._input_tokens, tl.input_tokens, key))
+            sums.append((self._cache_read, tl.cache_read_tokens or 0, key))
+            sums.append((self._cache_creation, tl.cache_creation_tokens or 0, key))
         if tl.output_tokens is not None:
             self._token_usage.record(
                 tl.output_tokens, {**attrs, sc.GEN_AI_TOKEN_TYPE: sc.TOKEN_TYPE_OUTPUT}, context=ctx
             )
-            self._output_tokens.add(tl.output_tokens, attrs, context=ctx)
+            sums.append((self._output_tokens, tl.output_tokens, key))
             if tl.reasoning_tokens:
-                self._reasoning_tokens.add(tl.reasoning_tokens, attrs, context=ctx)
-        self._lever_metrics(tl, attrs, ctx)
+                sums.append((self._reasoning_tokens, tl.reasoning_tokens, key))
+        self._lever_metrics(tl, base, ctx, sums)
 
-    def _wire_metrics(self, tl: Timeline, phases: list[tuple[int, int, str]], ctx: Any) -> None:
+    def _wire_metrics(
+        self, tl: Timeline, phases: list[tuple[int, int, str]], ctx: Any, sums: list[tuple[SummedCounter, float, Key]]
+    ) -> None:
         """Where the time went: phase durations, connection reuse, bytes on the wire."""
         base: dict[str, AttributeValue] = {sc.GEN_AI_PROVIDER_NAME: tl.provider}
         if tl.request_model:
@@ -417,34 +420,33 @@ class Recorder:
             totals[name] = totals.get(name, 0) + end - start
         for name, ns in totals.items():
             self._phase.record(ns / 1e9, {**base, sc.FT_PHASE: name}, context=ctx)
+        key = tuple(base.items())
         if tl.new_connections:
-            self._connections.add(tl.new_connections, {**base, sc.FT_CONNECTION_OUTCOME: "new"}, context=ctx)
+            sums.append((self._connections, tl.new_connections, (*key, (sc.FT_CONNECTION_OUTCOME, "new"))))
         if tl.reused_connections:
-            self._connections.add(tl.reused_connections, {**base, sc.FT_CONNECTION_OUTCOME: "reused"}, context=ctx)
+            sums.append((self._connections, tl.reused_connections, (*key, (sc.FT_CONNECTION_OUTCOME, "reused"))))
         if tl.request_bytes is not None:
             self._request_size.record(tl.request_bytes, base, context=ctx)
         if tl.response_bytes is not None:
             self._response_size.record(tl.response_bytes, base, context=ctx)
         if tl.attempts > 1:
-            self._retries.add(tl.attempts - 1, base, context=ctx)
+            sums.append((self._retries, tl.attempts - 1, key))
         for phase, seconds in tl.server_timing.items():
             self._server_timing.record(seconds, {**base, sc.FT_SERVER_TIMING_PHASE: phase}, context=ctx)
 
-    def _lever_metrics(self, tl: Timeline, attrs: dict[str, AttributeValue], ctx: Any) -> None:
+    def _lever_metrics(
+        self, tl: Timeline, base: dict[str, AttributeValue], ctx: Any, sums: list[tuple[SummedCounter, float, Key]]
+    ) -> None:
         """The signals behind latency levers: stop reasons, prefixes, context growth, client reuse."""
-        base: dict[str, AttributeValue] = {
-            k: v
-            for k, v in attrs.items()
-            if k in (sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_REQUEST_MODEL, sc.FT_TRAFFIC_CLASS)
-        }
+        key = tuple(base.items())
         for reason in tl.finish_reasons.values():
-            self._finish_reasons.add(1, {**base, sc.FT_FINISH_REASON: reason}, context=ctx)
+            sums.append((self._finish_reasons, 1, (*key, (sc.FT_FINISH_REASON, reason))))
         if tl.new_client:
-            self._sdk_clients.add(1, base, context=ctx)
+            sums.append((self._sdk_clients, 1, key))
         if tl.prefix_hash and tl.input_tokens is not None:
-            prefixed = {**base, sc.FT_PREFIX_HASH: tl.prefix_hash}
-            self._prefix_input.add(tl.input_tokens, prefixed, context=ctx)
-            self._prefix_cache_read.add(tl.cache_read_tokens or 0, prefixed, context=ctx)
+            prefixed = (*key, (sc.FT_PREFIX_HASH, tl.prefix_hash))
+            sums.append((self._prefix_input, tl.input_tokens, prefixed))
+            sums.append((self._prefix_cache_read, tl.cache_read_tokens or 0, prefixed))
         if tl.conversation_turn is not None:
             turns = {**base, sc.FT_CONVERSATION_TURNS: turn_bucket(tl.conversation_turn)}
             if tl.input_tokens is not None:

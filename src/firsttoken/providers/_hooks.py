@@ -61,6 +61,19 @@ class CallHooks:
     def __init__(self, recorder: Recorder, provider_of: common.ProviderResolver) -> None:
         self.recorder = recorder
         self.provider_of = provider_of
+        self._servers: dict[int, tuple[Any, str | None, int | None, str]] = {}
+        """id(base URL) -> (the URL, server.address, server.port, provider): worked out once per client."""
+
+    def _server(self, base_url: Any) -> tuple[str | None, int | None, str]:
+        known = self._servers.get(id(base_url))
+        if known is not None and known[0] is base_url:
+            return known[1], known[2], known[3]
+        host, port = common.server_of(base_url)
+        provider = self.provider_of(host, self.provider)
+        if len(self._servers) >= 256:  # clients made per call: start over rather than grow
+            self._servers = {}
+        self._servers[id(base_url)] = (base_url, host, port, provider)
+        return host, port, provider
 
     # -- what providers define ------------------------------------------------------------
 
@@ -93,9 +106,9 @@ class CallHooks:
             what = self.describe(options, body, stream)
             if what is None:
                 return None
-            host, port = common.server_of(getattr(instance, "base_url", None))
+            host, port, provider = self._server(getattr(instance, "base_url", None))
             tl = Timeline(
-                provider=self.provider_of(host, self.provider),
+                provider=provider,
                 operation=what.operation,
                 request_model=what.model,
                 server_address=host,

@@ -3,6 +3,7 @@ client reuse. Each keeps bounded state, so a misbehaving app cannot grow memory 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import threading
@@ -21,8 +22,15 @@ MAX_CONVERSATIONS = 4096
 PER_CALL_CLIENT_WARNING_AFTER = 5
 """Warn once this many SDK clients were dropped after a single call."""
 
+RECENT_PREFIXES = 8
+"""Prefixes seen again whose label is remembered, so that a repeat costs a comparison, not a hash."""
+
 _lock = threading.Lock()
 _prefixes: set[str] = set()
+_recent: list[tuple[Any, str]] = []
+"""(deep copy of a prefix, its label), most recent first; replaced, never changed in place."""
+_hashed_once: OrderedDict[str, None] = OrderedDict()
+"""Digests hashed once and not yet remembered: a prefix is remembered when it comes back."""
 _conversations: OrderedDict[str, int] = OrderedDict()
 _clients: dict[int, list[Any]] = {}
 """id(connection pool) -> [calls, weak reference]; an entry leaves when its pool is collected."""
@@ -31,16 +39,46 @@ _warned_clients = False
 
 
 def prefix_hash(parts: tuple[Any, ...]) -> str:
-    """12 hex characters of BLAKE2b over the canonical JSON of the prefix; never the text itself."""
+    """12 hex characters of BLAKE2b over the canonical JSON of the prefix; never the text itself.
+
+    Hashing a real prefix (a system prompt and tool definitions, often 10-50 KB) takes 100 µs or
+    more, and most apps send the same few prefixes on every call. So a prefix seen a second time
+    is kept (a deep copy, with its label) among the last :data:`RECENT_PREFIXES`, and a repeat is
+    recognised by comparing with them, a few microseconds. A copy is only made on the second
+    sighting, so prefixes that differ on every call cost no more than the hash.
+    """
+    global _recent
+    for snapshot, label in _recent:
+        try:
+            if snapshot == parts:
+                return label
+        except Exception:  # an odd object whose comparison raises: hash it instead
+            break
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     digest = hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
     with _lock:
         if digest in _prefixes:
-            return digest
-        if len(_prefixes) < MAX_PREFIXES:
+            label = digest
+        elif len(_prefixes) < MAX_PREFIXES:
             _prefixes.add(digest)
-            return digest
-    return sc.PREFIX_OTHER
+            label = digest
+        else:
+            label = sc.PREFIX_OTHER
+        again = digest in _hashed_once
+        if again:
+            del _hashed_once[digest]
+        else:
+            _hashed_once[digest] = None
+            if len(_hashed_once) > 4 * RECENT_PREFIXES:
+                _hashed_once.popitem(last=False)
+    if again:
+        try:
+            snapshot = copy.deepcopy(parts)
+        except Exception:
+            return label
+        with _lock:
+            _recent = [(snapshot, label), *_recent[: RECENT_PREFIXES - 1]]
+    return label
 
 
 def conversation_turn(conversation_id: str) -> int:
@@ -109,9 +147,11 @@ def client_seen(client: Any, provider: str) -> bool:
 
 def reset() -> None:
     """Forget everything (tests)."""
-    global _dropped_after_one_call, _warned_clients
+    global _dropped_after_one_call, _warned_clients, _recent
     with _lock:
         _prefixes.clear()
+        _recent = []
+        _hashed_once.clear()
         _conversations.clear()
         _clients.clear()
         _dropped_after_one_call = 0
