@@ -268,7 +268,7 @@ def instructions(counted: Sequence[str] = COUNTED_CONFIGS[1:]) -> dict[str, dict
             [
                 "valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=sys_call_tracing",
                 "--dump-after=sys_call_tracing", f"--callgrind-out-file={out_file}",
-                sys.executable, os.path.abspath(__file__), "--counted-child", ",".join(counted),
+                sys.executable, os.path.abspath(__file__), "--counted-child", ";".join(counted),
             ],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
@@ -487,19 +487,19 @@ def main() -> None:
     )
     parser.add_argument(
         "--configs",
-        default=",".join(COUNTED_CONFIGS[1:]),
-        help="with --instructions: the configurations to count, comma-separated (default: all)",
+        default=";".join(COUNTED_CONFIGS[1:]),
+        help="with --instructions: the configurations to count, separated by ';' (default: all)",
     )
     parser.add_argument("--counted-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.counted_child is not None:
-        _counted_child(args.counted_child.split(","))
+        _counted_child(args.counted_child.split(";"))
         return
     if args.instructions:
-        wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
+        wanted = [c.strip() for c in args.configs.split(";") if c.strip()]
         unknown = sorted(set(wanted) - set(COUNTED_CONFIGS[1:]))
         if unknown or not wanted:
-            parser.error(f"--configs: unknown {unknown}; choose from {', '.join(COUNTED_CONFIGS[1:])}")
+            parser.error(f"--configs: unknown {unknown}; choose from {'; '.join(COUNTED_CONFIGS[1:])}")
         counted = instructions(wanted)
         print("Instructions added by firsttoken per call and per chunk (callgrind), and what they take here\n")
         print(f"{'sdk':10} {'configuration':32} {'per call':>12} {'µs':>7} {'per chunk':>10} {'µs':>6}")
