@@ -45,7 +45,9 @@ def prefix_hash(parts: tuple[Any, ...]) -> str:
     more, and most apps send the same few prefixes on every call. So a prefix seen a second time
     is kept (a deep copy, with its label) among the last :data:`RECENT_PREFIXES`, and a repeat is
     recognised by comparing with them, a few microseconds. A copy is only made on the second
-    sighting, so prefixes that differ on every call cost no more than the hash.
+    sighting, so prefixes that differ on every call cost no more than the hash. "The same" is
+    Python's ``==``: a prefix that differs from a kept one only by ``1`` for ``1.0`` or ``True``
+    gets the kept one's label.
     """
     global _recent
     for snapshot, label in _recent:
