@@ -11,8 +11,7 @@ attributes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.util.types import AttributeValue
@@ -24,17 +23,14 @@ _LOCK = threading.Lock()
 
 
 class SummedCounter:
-    """A monotonic counter summed in-process, reported through an observable counter."""
+    """A monotonic counter summed in-process, reported through an observable counter; added to
+    with :func:`add_all`."""
 
     __slots__ = ("_sums",)
 
     def __init__(self, meter: Meter, name: str, *, unit: str, description: str) -> None:
         self._sums: dict[Key, float] = {}
         meter.create_observable_counter(name, callbacks=[self._observe], unit=unit, description=description)
-
-    def add(self, amount: float, attributes: Mapping[str, AttributeValue], context: Any = None) -> None:
-        """``Counter.add`` (the ``context`` argument is accepted and ignored)."""
-        add_all(((self, amount, tuple(attributes.items())),))
 
     def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
         with _LOCK:
