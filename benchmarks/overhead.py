@@ -27,10 +27,11 @@ real ``ChatCompletionChunk`` objects, against the bare generator.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 TARGET_PER_CALL_US = 60.0
@@ -46,6 +47,48 @@ def _serve(conn: Any) -> None:
     with Simulator(latency=fast, seed=0) as sim:
         conn.send((sim.openai_base_url, sim.anthropic_base_url))
         conn.recv()  # until the parent is done
+
+
+@contextlib.contextmanager
+def _simulator() -> Iterator[tuple[str, str]]:
+    """(openai base URL, anthropic base URL) of a simulator in its own process, for the block."""
+    parent, child = mp.Pipe()
+    server = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
+    server.start()  # a fresh interpreter: not under valgrind when this process is
+    try:
+        yield parent.recv()
+    finally:
+        parent.send("stop")
+        server.join(10)
+
+
+Workload = Callable[[Any, int, int], float]
+
+
+def _workloads(urls: tuple[str, str]) -> dict[str, tuple[Workload, Any]]:
+    """{sdk: (workload, client)} against the simulator at ``urls``."""
+    import anthropic
+    import openai
+
+    openai_url, anthropic_url = urls
+    return {
+        "openai": (_openai_workload, openai.OpenAI(base_url=openai_url, api_key="sk-bench", max_retries=0)),
+        "anthropic": (
+            _anthropic_workload,
+            anthropic.Anthropic(base_url=anthropic_url, api_key="sk-bench", max_retries=0),
+        ),
+    }
+
+
+# Items per stream besides the tokens: openai = role chunk + finish + usage; anthropic =
+# message_start, content_block_start, content_block_stop, message_delta, message_stop (no pings).
+EXTRA_ITEMS = {"openai": 3, "anthropic": 5}
+
+
+def _split(name: str, added: dict[int, float]) -> tuple[float, float]:
+    """(per call, per chunk) from what a SHORT and a LONG stream added: cost(n) = per_call + n * per_chunk."""
+    per_chunk = (added[LONG] - added[SHORT]) / (LONG - SHORT)
+    return added[SHORT] - per_chunk * (SHORT + EXTRA_ITEMS[name]), per_chunk
 
 
 class _DropExporter:
@@ -112,25 +155,12 @@ def _configs() -> dict[str, Callable[[], dict[str, Any]]]:
 
 def end_to_end(calls: int, rounds: int) -> dict[str, dict[str, dict[str, float]]]:
     """{sdk: {config: {per_call_us, per_chunk_us, baseline_us}}}"""
-    import anthropic
-    import openai
-
     import firsttoken
 
-    parent, child = mp.Pipe()
-    server = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
-    server.start()
-    openai_url, anthropic_url = parent.recv()
-    workloads = {
-        "openai": (_openai_workload, openai.OpenAI(base_url=openai_url, api_key="sk-bench", max_retries=0)),
-        "anthropic": (
-            _anthropic_workload,
-            anthropic.Anthropic(base_url=anthropic_url, api_key="sk-bench", max_retries=0),
-        ),
-    }
     configs = _configs()
     samples: dict[tuple[str, str, int], list[float]] = {}
-    try:
+    with _simulator() as urls:
+        workloads = _workloads(urls)
         for run, client in workloads.values():
             run(client, 20, SHORT)  # warm up connections, pydantic, imports
         for _ in range(rounds):
@@ -142,22 +172,16 @@ def end_to_end(calls: int, rounds: int) -> dict[str, dict[str, dict[str, float]]
                         samples.setdefault((name, config or "", n), []).append(run(client, calls, n))
                 if config is not None:
                     firsttoken.uninstrument()
-    finally:
-        parent.send("stop")
-        server.join(10)
-    # Items per stream: openai = role chunk + tokens + finish + usage; anthropic = message_start,
-    # content_block_start, tokens, content_block_stop, message_delta, message_stop (pings skipped).
-    extra = {"openai": 3, "anthropic": 5}
     out: dict[str, dict[str, dict[str, float]]] = {}
     for name in workloads:
         base = {n: statistics.median(samples[(name, "", n)]) for n in (SHORT, LONG)}
         out[name] = {}
         for config in configs:
             added = {n: statistics.median(samples[(name, config, n)]) - base[n] for n in (SHORT, LONG)}
-            per_chunk = (added[LONG] - added[SHORT]) / (LONG - SHORT)
+            per_call, per_chunk = _split(name, added)
             out[name][config] = {
                 "baseline_us": base[SHORT] * 1e6,
-                "per_call_us": (added[SHORT] - per_chunk * (SHORT + extra[name])) * 1e6,
+                "per_call_us": per_call * 1e6,
                 "per_chunk_us": per_chunk * 1e6,
             }
     return out
@@ -177,24 +201,11 @@ def _counted_child(counted: Sequence[str]) -> None:
     instrument() and uninstrument() calls) is not counted."""
     import sys
 
-    import anthropic
-    import openai
-
     import firsttoken
 
-    parent, child = mp.Pipe()
-    server = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
-    server.start()  # not under valgrind: the child runs the real interpreter, natively
-    openai_url, anthropic_url = parent.recv()
-    workloads = {
-        "openai": (_openai_workload, openai.OpenAI(base_url=openai_url, api_key="sk-bench", max_retries=0)),
-        "anthropic": (
-            _anthropic_workload,
-            anthropic.Anthropic(base_url=anthropic_url, api_key="sk-bench", max_retries=0),
-        ),
-    }
     configs = _configs()
-    try:
+    with _simulator() as urls:
+        workloads = _workloads(urls)
         for run, client in workloads.values():
             run(client, 5, SHORT)
         for config in ("", *counted):
@@ -207,12 +218,9 @@ def _counted_child(counted: Sequence[str]) -> None:
                     print(f"segment\t{name}\t{config}\t{n}\t{calls}", flush=True)
             if config:
                 firsttoken.uninstrument()
-    finally:
-        parent.send("stop")
-        server.join(10)
 
 
-def _user_seconds_per_call(run: Callable[..., float], client: Any, calls: int) -> float:
+def _user_seconds_per_call(run: Workload, client: Any, calls: int) -> float:
     import resource
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_utime
@@ -223,25 +231,14 @@ def _user_seconds_per_call(run: Callable[..., float], client: Any, calls: int) -
 def _calibrate(calls: int = 300) -> dict[str, float]:
     """User-mode CPU seconds of one uninstrumented streamed call, natively: with the instruction
     count of the same call, the time one instruction of this workload takes on this machine."""
-    import anthropic
-    import openai
-
-    parent, child = mp.Pipe()
-    server = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
-    server.start()
-    openai_url, anthropic_url = parent.recv()
-    try:
-        oc = openai.OpenAI(base_url=openai_url, api_key="sk-bench", max_retries=0)
-        ac = anthropic.Anthropic(base_url=anthropic_url, api_key="sk-bench", max_retries=0)
-        _openai_workload(oc, 20, SHORT)
-        _anthropic_workload(ac, 20, SHORT)
-        out = {"openai": [], "anthropic": []}  # type: dict[str, list[float]]
+    out: dict[str, list[float]] = {}
+    with _simulator() as urls:
+        workloads = _workloads(urls)
+        for run, client in workloads.values():
+            run(client, 20, SHORT)
         for _ in range(5):
-            out["openai"].append(_user_seconds_per_call(_openai_workload, oc, calls // 5))
-            out["anthropic"].append(_user_seconds_per_call(_anthropic_workload, ac, calls // 5))
-    finally:
-        parent.send("stop")
-        server.join(10)
+            for name, (run, client) in workloads.items():
+                out.setdefault(name, []).append(_user_seconds_per_call(run, client, calls // 5))
     return {name: statistics.median(values) for name, values in out.items()}
 
 
@@ -281,16 +278,13 @@ def instructions(counted: Sequence[str] = COUNTED_CONFIGS[1:]) -> dict[str, dict
                 total = next(int(line.split()[1]) for line in dump if line.startswith(("summary:", "totals:")))
             counts[(name, config, int(n))] = total / int(calls)
     seconds = _calibrate()
-    extra = {"openai": 3, "anthropic": 5}
     out: dict[str, dict[str, dict[str, float]]] = {}
     for name in ("openai", "anthropic"):
         base = {n: counts[(name, "", n)] for n in COUNTED_CALLS}
         us_per_instr = seconds[name] / base[SHORT] * 1e6
         out[name] = {}
         for config in counted:
-            added = {n: counts[(name, config, n)] - base[n] for n in COUNTED_CALLS}
-            per_chunk = (added[LONG] - added[SHORT]) / (LONG - SHORT)
-            per_call = added[SHORT] - per_chunk * (SHORT + extra[name])
+            per_call, per_chunk = _split(name, {n: counts[(name, config, n)] - base[n] for n in COUNTED_CALLS})
             out[name][config] = {
                 "baseline_instr": base[SHORT],
                 "baseline_us": seconds[name] * 1e6,
@@ -314,29 +308,21 @@ def httpcore_trace_cost(calls: int, rounds: int) -> float:
     def noop(event: str, info: dict[str, Any]) -> None:
         pass
 
-    parent, child = mp.Pipe()
-    server = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
-    server.start()
-    openai_url, _ = parent.recv()
     diffs = []
-    try:
-        with httpx2.Client() as client:
-            url = f"{openai_url}/chat/completions"
-            body = {"model": "bench", "messages": [{"role": "user", "content": "x"}], "max_tokens": SHORT}
-            for _ in range(20):
+    with _simulator() as (openai_url, _), httpx2.Client() as client:
+        url = f"{openai_url}/chat/completions"
+        body = {"model": "bench", "messages": [{"role": "user", "content": "x"}], "max_tokens": SHORT}
+        for _ in range(20):
+            client.post(url, json=body)
+        for _ in range(rounds):
+            start = time.process_time()
+            for _ in range(calls):
                 client.post(url, json=body)
-            for _ in range(rounds):
-                start = time.process_time()
-                for _ in range(calls):
-                    client.post(url, json=body)
-                plain = time.process_time() - start
-                start = time.process_time()
-                for _ in range(calls):
-                    client.post(url, json=body, extensions={"trace": noop})
-                diffs.append((time.process_time() - start - plain) / calls)
-    finally:
-        parent.send("stop")
-        server.join(10)
+            plain = time.process_time() - start
+            start = time.process_time()
+            for _ in range(calls):
+                client.post(url, json=body, extensions={"trace": noop})
+            diffs.append((time.process_time() - start - plain) / calls)
     return statistics.median(diffs) * 1e6
 
 
@@ -446,7 +432,7 @@ def micro_prefix_hash(calls: int = 2_000) -> tuple[float, float]:
     and a dozen tool definitions (about 14 KB of JSON), as an agent sends on every call."""
     from firsttoken.providers import _levers
 
-    tool = {
+    tool: dict[str, Any] = {
         "type": "function",
         "function": {
             "name": "tool",
