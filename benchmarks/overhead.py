@@ -199,6 +199,7 @@ def _counted_child(counted: Sequence[str]) -> None:
     ``sys.call_tracing`` so that callgrind collects exactly that stretch (``--toggle-collect``) and
     dumps it when it ends (``--dump-after``). Everything else (start-up, imports, warm-up, the
     instrument() and uninstrument() calls) is not counted."""
+    import gc
     import sys
 
     import firsttoken
@@ -214,7 +215,13 @@ def _counted_child(counted: Sequence[str]) -> None:
             for name, (run, client) in workloads.items():
                 for n, calls in COUNTED_CALLS.items():
                     run(client, 2, n)  # warm this configuration's code paths
+                    # Every stretch starts from the same garbage-collector state: all that exists
+                    # is collected and then frozen, so collections during the stretch see only
+                    # what the stretch itself allocated (still counted: allocating is a cost).
+                    gc.collect()
+                    gc.freeze()
                     sys.call_tracing(run, (client, calls, n))
+                    gc.unfreeze()
                     print(f"segment\t{name}\t{config}\t{n}\t{calls}", flush=True)
             if config:
                 firsttoken.uninstrument()
