@@ -533,17 +533,17 @@ def test_busy_time_stays_exact_enough_past_the_interval_bound() -> None:
     state = firsttoken.app.ActionState("batch", None)
     t0, step = state.start_ns, 1000
     expected_busy = 0
-    for i in range(firsttoken.app.MAX_INTERVALS * 2):
+    for i in range(firsttoken.context.MAX_INTERVALS * 2):
         start = t0 + i * 2 * step  # disjoint calls, one after another, with gaps
         state.add_call(start, start + step)
         expected_busy += step
     state.add_call(t0 + 10, t0 + 20)  # a late report of an early call: folded away, only counted
-    end = t0 + firsttoken.app.MAX_INTERVALS * 4 * step
+    end = t0 + firsttoken.context.MAX_INTERVALS * 4 * step
     calls, total, busy = state.llm_summary(end)
-    assert calls == firsttoken.app.MAX_INTERVALS * 2 + 1
+    assert calls == firsttoken.context.MAX_INTERVALS * 2 + 1
     assert total == expected_busy + 10
     assert busy == expected_busy
-    assert len(state._intervals) <= firsttoken.app.MAX_INTERVALS
+    assert len(state._intervals) <= firsttoken.context.MAX_INTERVALS
 
 
 def test_without_instrumentation_scopes_are_harmless(sim: Simulator) -> None:

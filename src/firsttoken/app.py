@@ -36,6 +36,7 @@ from opentelemetry.context import Context
 
 from . import semconv as sc
 from .config import warn
+from .context import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS, ActionState
 
 log = logging.getLogger("firsttoken")
 
@@ -48,9 +49,6 @@ _NAME = re.compile(r"^[A-Za-z0-9_.:/ -]{1,64}$")
 """An action or phase name: a metric label and the span name; spaces and slashes read well there."""
 _MAX_WARNED = 32
 
-TRAFFIC_CLASS: ContextVar[str | None] = ContextVar("firsttoken_traffic_class", default=None)
-CONVERSATION_ID: ContextVar[str | None] = ContextVar("firsttoken_conversation_id", default=None)
-CURRENT_ACTION: ContextVar[ActionState | None] = ContextVar("firsttoken_action", default=None)
 _ENTRY: ContextVar[_Entry | None] = ContextVar("firsttoken_scope_entry", default=None)
 
 _warned: set[tuple[str, str]] = set()
@@ -79,93 +77,6 @@ def _recorder() -> Any:
     from .instrumentor import FirstTokenInstrumentor
 
     return FirstTokenInstrumentor().recorder
-
-
-# -- what an action learns from its calls ---------------------------------------------------------
-
-MAX_INTERVALS = 4096
-"""Call intervals an action keeps before folding the older ones into a settled busy time."""
-_KEEP_AFTER_FOLD = 64
-
-
-class ActionState:
-    """The LLM calls an action made, gathered from whatever thread or task finished them.
-
-    Memory is bounded: past :data:`MAX_INTERVALS` calls, the union of all but the latest intervals
-    is folded into a number. A call that ends later but started before the fold only adds the part
-    after it (the busy time may then be slightly low; counts and summed time stay exact).
-    """
-
-    __slots__ = (
-        "_folded_until",
-        "_intervals",
-        "_lock",
-        "_settled_busy_ns",
-        "calls",
-        "name",
-        "parent",
-        "recorder",
-        "span",
-        "start_ns",
-        "total_ns",
-        "traffic_class",
-    )
-
-    def __init__(self, name: str, traffic_class: str | None, parent: ActionState | None = None) -> None:
-        self.name = name
-        self.traffic_class = traffic_class
-        self.parent = parent
-        self.start_ns = time.perf_counter_ns()
-        self.span: Any = None
-        self.recorder: Any = None
-        self.calls = 0
-        self.total_ns = 0
-        self._intervals: list[tuple[int, int]] = []
-        self._settled_busy_ns = 0
-        self._folded_until = self.start_ns
-        self._lock = threading.Lock()
-
-    def add_call(self, start_ns: int, end_ns: int) -> None:
-        """A call made inside this action ended; the actions around this one count it too."""
-        state: ActionState | None = self
-        while state is not None:
-            state._add(start_ns, end_ns)
-            state = state.parent
-
-    def _add(self, start_ns: int, end_ns: int) -> None:
-        start_ns = max(start_ns, self.start_ns)
-        with self._lock:
-            self.calls += 1
-            self.total_ns += max(0, end_ns - start_ns)
-            start_ns = max(start_ns, self._folded_until)
-            if end_ns > start_ns:
-                self._intervals.append((start_ns, end_ns))
-                if len(self._intervals) > MAX_INTERVALS:
-                    merged = _union(self._intervals)
-                    old, self._intervals = merged[:-_KEEP_AFTER_FOLD], merged[-_KEEP_AFTER_FOLD:]
-                    self._settled_busy_ns += sum(e - s for s, e in old)
-                    self._folded_until = self._intervals[0][0]
-
-    def llm_summary(self, end_ns: int) -> tuple[int, int, int]:
-        """(calls, summed call time, time at least one call was in flight), within the action."""
-        with self._lock:
-            intervals = [(s, min(e, end_ns)) for s, e in self._intervals]
-            calls, total, settled = self.calls, self.total_ns, self._settled_busy_ns
-        return calls, total, settled + sum(e - s for s, e in _union(intervals))
-
-
-def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted, disjoint intervals covering the same time as ``intervals``."""
-    merged: list[tuple[int, int]] = []
-    for s, e in sorted(intervals):
-        if e <= s:
-            continue
-        if merged and s <= merged[-1][1]:
-            if e > merged[-1][1]:
-                merged[-1] = (merged[-1][0], e)
-        else:
-            merged.append((s, e))
-    return merged
 
 
 # -- scopes ------------------------------------------------------------------------------------

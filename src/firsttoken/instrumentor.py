@@ -17,7 +17,7 @@ from . import _otlp, config, semconv, streams, transport
 from ._patch import Patches
 from ._version import __version__
 from .config import ConfigError, warn
-from .providers import _common
+from .providers import _common, direct
 from .recorder import Recorder
 
 log = logging.getLogger("firsttoken")
@@ -78,7 +78,7 @@ class FirstTokenInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             if patch(patches, recorder, provider_of)
         ]
         # Plain httpx calls to LLM APIs are measured whether or not an SDK is installed.
-        flavours = transport.patch(patches, recorder, provider_of)
+        flavours = transport.patch(patches, recorder, direct.DirectCalls(recorder, provider_of))
         streams.start_worker()
         log.debug("firsttoken: instrumented %s", ", ".join(sdks + flavours) or "nothing")
         return bool(sdks or flavours)

@@ -155,7 +155,7 @@ class Timeline:
         self.request_bytes: int | None = None
         self.response_bytes: int | None = None
         self.action: Any = None
-        """The ``firsttoken.action`` the call was made in (an ``app.ActionState``), if any."""
+        """The ``firsttoken.action`` the call was made in (a ``context.ActionState``), if any."""
         self.error_type: str | None = None
         self.end_reason: str | None = None
         self.on_close: Callable[[Timeline, Any, int], None] | None = None

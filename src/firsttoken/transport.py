@@ -13,7 +13,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -269,7 +269,35 @@ def _request_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 # -- LLM calls made with plain httpx (no SDK) ---------------------------------------------------
 
-_direct: tuple[Any, Any] | None = None  # (Recorder, provider resolver), set by patch()
+
+class SseFeed(Protocol):
+    """Reads a streamed body's SSE events from the raw bytes passing through the transport."""
+
+    done: bool
+    """Whether the stream's terminal event has been seen."""
+
+    def feed(self, chunk: bytes) -> None: ...
+
+
+class DirectCalls(Protocol):
+    """How the provider layer recognises and reads LLM calls sent with plain httpx.
+
+    Handed to :func:`patch` by the instrumentor rather than imported here: the providers sit above
+    the transport (``firsttoken.providers.direct.DirectCalls`` is the implementation).
+    """
+
+    def start(self, request: Any) -> tuple[Timeline, str] | None:
+        """The call's timeline and API family when ``request`` is an LLM API call, else None."""
+        ...
+
+    def finish_whole(self, tl: Timeline, response: Any, family: str, end_ns: int | None = None) -> None:
+        """Read a whole (not streamed) body that has arrived, then end the call."""
+        ...
+
+    def sse_reader(self, tl: Timeline, family: str) -> SseFeed: ...
+
+
+_direct: DirectCalls | None = None  # set by patch() when plain-httpx LLM calls are measured
 _wire = True  # whether to follow httpcore's trace events (connection set-up, upload, server wait)
 _observed_streams: dict[str, tuple[type, type]] = {}  # httpx flavour -> (sync, async) observing streams
 
@@ -304,27 +332,23 @@ def _observing_classes(module: Any) -> tuple[type, type]:
     return ObservedSync, ObservedAsync
 
 
-def _start_direct(request: Any) -> tuple[Timeline, str] | None:
-    if _direct is None or request is None:
+def _start_direct(calls: DirectCalls | None, request: Any) -> tuple[Timeline, str] | None:
+    if calls is None or request is None:
         return None
     try:
-        from .providers import direct
-
-        return direct.start(_direct[0], _direct[1], request)
+        return calls.start(request)
     except Exception:
         log.debug("firsttoken: could not start a direct httpx call", exc_info=True)
         return None
 
 
-def _direct_response(tl: Timeline, family: str, response: Any) -> None:
+def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: Any) -> None:
     """After a plain-httpx LLM request was sent: end it now, or when its body has been read."""
-    from .providers import direct
-
     if response.is_closed:
-        direct.finish_whole(tl, response, family)
+        calls.finish_whole(tl, response, family)
         return
     if "text/event-stream" in response.headers.get("content-type", "") and not response.headers.get("content-encoding"):
-        reader = direct.SseReader(tl, family)
+        reader = calls.sse_reader(tl, family)
         flavour = type(response).__module__.partition(".")[0]
         sync_cls, async_cls = _observed_streams[flavour]
         is_async = not hasattr(response.stream, "__iter__")
@@ -339,15 +363,16 @@ def _direct_response(tl: Timeline, family: str, response: Any) -> None:
         def on_close_whole(tl: Timeline, response: Any, now: int) -> None:
             if getattr(response, "_content", None) is None and response.is_stream_consumed:
                 return  # closed inside read(), before the content was kept: the read hook calls again
-            direct.finish_whole(tl, response, family, now)
+            calls.finish_whole(tl, response, family, now)
 
         tl.on_close = on_close_whole
     watch(response, tl)
 
 
 def _send_direct(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    started = _start_direct(_request_of(args, kwargs))
-    if started is None:
+    calls = _direct
+    started = _start_direct(calls, _request_of(args, kwargs))
+    if calls is None or started is None:
         return wrapped(*args, **kwargs)
     tl, family = started
     call_token = CURRENT_CALL.set(tl)
@@ -363,15 +388,16 @@ def _send_direct(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         CURRENT_CALL.reset(call_token)
     try:
         _after_send(tl, response)
-        _direct_response(tl, family, response)
+        _direct_response(calls, tl, family, response)
     except Exception:
         log.debug("firsttoken: after-send hook failed", exc_info=True)
     return response
 
 
 async def _send_direct_async(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    started = _start_direct(_request_of(args, kwargs))
-    if started is None:
+    calls = _direct
+    started = _start_direct(calls, _request_of(args, kwargs))
+    if calls is None or started is None:
         return await wrapped(*args, **kwargs)
     tl, family = started
     call_token = CURRENT_CALL.set(tl)
@@ -387,7 +413,7 @@ async def _send_direct_async(wrapped: Any, args: tuple[Any, ...], kwargs: dict[s
         CURRENT_CALL.reset(call_token)
     try:
         _after_send(tl, response)
-        _direct_response(tl, family, response)
+        _direct_response(calls, tl, family, response)
     except Exception:
         log.debug("firsttoken: after-send hook failed", exc_info=True)
     return response
@@ -483,13 +509,13 @@ async def _aclose(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: di
         _closed(instance)
 
 
-def patch(patches: Patches, recorder: Any = None, provider_of: Any = None) -> list[str]:
+def patch(patches: Patches, recorder: Any = None, direct: DirectCalls | None = None) -> list[str]:
     """Patch every installed httpx flavour; returns the module names patched.
 
-    With a recorder, LLM API requests sent with plain httpx are measured as calls too.
+    With ``direct``, LLM API requests sent with plain httpx are measured as calls too.
     """
     global _direct, _wire
-    _direct = (recorder, provider_of) if recorder is not None else None
+    _direct = direct
     _wire = recorder is None or recorder.settings.wire_phases
     done = []
     for module in HTTPX_MODULES:

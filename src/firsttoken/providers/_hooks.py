@@ -21,9 +21,8 @@ from opentelemetry import trace
 
 from .. import semconv as sc
 from .._patch import Patches
-from ..app import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS
 from ..config import warn
-from ..context import CALL_START, CURRENT_CALL
+from ..context import CALL_START, CONVERSATION_ID, CURRENT_ACTION, CURRENT_CALL, TRAFFIC_CLASS
 from ..recorder import Recorder
 from ..streams import Observer, end_on_exception, observe_async, observe_sync, watch
 from ..timeline import Timeline

@@ -78,7 +78,7 @@ def _input_content(body: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _read_usage(tl: Timeline, usage: Any) -> None:
+def read_usage(tl: Timeline, usage: Any) -> None:
     """Anthropic usage (whole, or cumulative in ``message_delta``) -> GenAI usage."""
     if usage is None:
         return
@@ -99,7 +99,7 @@ def _read_usage(tl: Timeline, usage: Any) -> None:
         tl.reasoning_tokens = thinking
 
 
-def _read_message(tl: Timeline, message: Any) -> None:
+def read_message(tl: Timeline, message: Any) -> None:
     rid = g(message, "id")
     if isinstance(rid, str) and rid:
         tl.response_id = rid
@@ -109,7 +109,7 @@ def _read_message(tl: Timeline, message: Any) -> None:
     reason = g(message, "stop_reason")
     if isinstance(reason, str):
         tl.finish_reasons[0] = reason
-    _read_usage(tl, g(message, "usage"))
+    read_usage(tl, g(message, "usage"))
 
 
 def read_result(tl: Timeline, result: Any) -> None:
@@ -118,7 +118,7 @@ def read_result(tl: Timeline, result: Any) -> None:
         if isinstance(tokens, int):
             tl.extra[sc.FT_COUNTED_INPUT_TOKENS] = tokens
         return
-    _read_message(tl, result)
+    read_message(tl, result)
     if tl.capture is not None and g(result, "content") is not None:
         tl.capture[sc.GEN_AI_OUTPUT_MESSAGES] = common.to_json([{"role": "assistant", "content": g(result, "content")}])
 
@@ -135,12 +135,12 @@ def observe_event(tl: Timeline, event: Any, now: int) -> None:
             if tl.capture is not None and delta.type == "text_delta":
                 common.append_output(tl, delta.text)
     elif kind == "message_start":
-        _read_message(tl, event.message)
+        read_message(tl, event.message)
     elif kind == "message_delta":
         reason = event.delta.stop_reason
         if reason is not None:
             tl.finish_reasons[0] = reason
-        _read_usage(tl, event.usage)
+        read_usage(tl, event.usage)
 
 
 class AnthropicHooks(CallHooks):

@@ -16,11 +16,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import semconv as sc
-from ..app import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS
+from ..context import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS
 from ..recorder import Recorder
 from ..timeline import Timeline
 from . import _common as common
 from . import _levers as levers
+from . import anthropic as anthropic_hooks
+from . import openai as openai_hooks
 from . import server_timing
 
 log = logging.getLogger("firsttoken")
@@ -101,41 +103,33 @@ def start(recorder: Recorder, provider_of: common.ProviderResolver, request: Any
 
 def _read_whole(tl: Timeline, data: Mapping[str, Any], family: str) -> None:
     if family == "anthropic":
-        from .anthropic import read_result as read_anthropic
-
-        read_anthropic(tl, data)
+        anthropic_hooks.read_result(tl, data)
     else:
-        from .openai import read_result as read_openai
-
-        read_openai(tl, data)
+        openai_hooks.read_result(tl, data)
 
 
 def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int) -> bool:
     """One parsed SSE event; returns whether it was the stream's terminal event."""
-    from .anthropic import _read_message
-    from .anthropic import _read_usage as read_anthropic_usage
-    from .openai import _read_identity, _read_usage, _responses_finish_reason
-
     kind = event.get("type")
     if family == "anthropic":
         if kind == "content_block_delta":
             tl.output_token(now)
         elif kind == "message_start":
-            _read_message(tl, event.get("message") or {})
+            anthropic_hooks.read_message(tl, event.get("message") or {})
         elif kind == "message_delta":
             reason = (event.get("delta") or {}).get("stop_reason")
             if reason:
                 tl.finish_reasons[0] = reason
-            read_anthropic_usage(tl, event.get("usage"))
+            anthropic_hooks.read_usage(tl, event.get("usage"))
         return kind == "message_stop"
     if isinstance(kind, str):  # Responses API events
         if kind.endswith(".delta"):
             tl.output_token(now)
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             response = event.get("response") or {}
-            _read_identity(tl, response)
-            _read_usage(tl, response.get("usage"))
-            reason = _responses_finish_reason(response)
+            openai_hooks.read_identity(tl, response)
+            openai_hooks.read_usage(tl, response.get("usage"))
+            reason = openai_hooks.responses_finish_reason(response)
             if reason:
                 tl.finish_reasons[0] = reason
             return True
@@ -152,9 +146,9 @@ def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int
     if produced:
         tl.output_token(now)
     if event.get("usage"):
-        _read_usage(tl, event["usage"])
+        openai_hooks.read_usage(tl, event["usage"])
     if tl.response_id is None:
-        _read_identity(tl, event)
+        openai_hooks.read_identity(tl, event)
     server_timing.read(tl, event)
     return False
 
@@ -210,3 +204,20 @@ def finish_whole(tl: Timeline, response: Any, family: str, end_ns: int | None = 
         tl.finish(sc.END_ERROR, end_ns, error_type=str(response.status_code))
     else:
         tl.finish(sc.END_COMPLETED, end_ns)
+
+
+class DirectCalls:
+    """Plain-httpx LLM calls, for :func:`firsttoken.transport.patch` (its ``DirectCalls`` protocol)."""
+
+    def __init__(self, recorder: Recorder, provider_of: common.ProviderResolver) -> None:
+        self.recorder = recorder
+        self.provider_of = provider_of
+
+    def start(self, request: Any) -> tuple[Timeline, str] | None:
+        return start(self.recorder, self.provider_of, request)
+
+    def finish_whole(self, tl: Timeline, response: Any, family: str, end_ns: int | None = None) -> None:
+        finish_whole(tl, response, family, end_ns)
+
+    def sse_reader(self, tl: Timeline, family: str) -> SseReader:
+        return SseReader(tl, family)

@@ -133,7 +133,7 @@ def _prefix(api_type: str | None, body: Mapping[str, Any]) -> tuple[Any, ...]:
 g = common.get
 
 
-def _read_usage(tl: Timeline, usage: Any) -> None:
+def read_usage(tl: Timeline, usage: Any) -> None:
     if usage is None:
         return
     prompt = g(usage, "prompt_tokens")
@@ -161,7 +161,7 @@ def _read_usage(tl: Timeline, usage: Any) -> None:
         tl.hidden_output_tokens = reasoning
 
 
-def _read_identity(tl: Timeline, obj: Any) -> None:
+def read_identity(tl: Timeline, obj: Any) -> None:
     rid = g(obj, "id")
     if isinstance(rid, str) and rid:
         tl.response_id = rid
@@ -176,7 +176,7 @@ def _read_identity(tl: Timeline, obj: Any) -> None:
         tl.extra[sc.OPENAI_RESPONSE_SYSTEM_FINGERPRINT] = fingerprint
 
 
-def _responses_finish_reason(response: Any) -> str | None:
+def responses_finish_reason(response: Any) -> str | None:
     status = g(response, "status")
     if status == "completed":
         for item in g(response, "output") or ():
@@ -193,11 +193,11 @@ def _responses_finish_reason(response: Any) -> str | None:
 
 def read_result(tl: Timeline, result: Any) -> None:
     """Facts from a whole (non-streamed) result of any of the four APIs."""
-    _read_identity(tl, result)
-    _read_usage(tl, g(result, "usage"))
+    read_identity(tl, result)
+    read_usage(tl, g(result, "usage"))
     server_timing.read(tl, result)
     if tl.api_type == _API_RESPONSES:
-        reason = _responses_finish_reason(result)
+        reason = responses_finish_reason(result)
         if reason:
             tl.finish_reasons[0] = reason
         if tl.capture is not None and g(result, "output") is not None:
@@ -249,11 +249,11 @@ def observe_chat_chunk(tl: Timeline, chunk: Any, now: int) -> None:
             tl.output_token(now)
     usage = chunk.usage
     if usage is not None:
-        _read_usage(tl, usage)
+        read_usage(tl, usage)
     if final and chunk.model_extra:  # provider timing rides on the last chunks (Groq, Cerebras)
         server_timing.read(tl, chunk)
     if tl.response_id is None:
-        _read_identity(tl, chunk)
+        read_identity(tl, chunk)
 
 
 def observe_completion_chunk(tl: Timeline, chunk: Any, now: int) -> None:
@@ -271,9 +271,9 @@ def observe_completion_chunk(tl: Timeline, chunk: Any, now: int) -> None:
             tl.output_token(now)
     usage = chunk.usage
     if usage is not None:
-        _read_usage(tl, usage)
+        read_usage(tl, usage)
     if tl.response_id is None:
-        _read_identity(tl, chunk)
+        read_identity(tl, chunk)
 
 
 _RESPONSE_OUTPUT_EVENTS = frozenset(
@@ -302,13 +302,13 @@ def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
             common.append_output(tl, event.delta)
     elif kind in _RESPONSE_TERMINAL_EVENTS:
         response = event.response
-        _read_identity(tl, response)
-        _read_usage(tl, response.usage)
-        reason = _responses_finish_reason(response)
+        read_identity(tl, response)
+        read_usage(tl, response.usage)
+        reason = responses_finish_reason(response)
         if reason:
             tl.finish_reasons[0] = reason
     elif kind in _RESPONSE_LIFECYCLE_EVENTS and tl.response_id is None:
-        _read_identity(tl, event.response)
+        read_identity(tl, event.response)
 
 
 def _observer(tl: Timeline) -> Observer:

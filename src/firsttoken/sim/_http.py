@@ -2,7 +2,7 @@
 
 Handlers only see :class:`Exchange` (one request, one response). The HTTP/1.1 specifics live in
 :class:`H11Connection`, the HTTP/2 ones in ``_h2.H2Connection`` (one ``Exchange`` per stream);
-:func:`make_protocol` picks one per connection from the protocol ALPN selected, so ``h2`` is only
+``_alpn.make_protocol`` picks one per connection from the protocol ALPN selected, so ``h2`` is only
 imported when a client negotiates it.
 """
 
@@ -13,7 +13,6 @@ import contextlib
 import importlib.util
 import itertools
 import logging
-import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
@@ -27,7 +26,6 @@ __all__ = [
     "H11Connection",
     "Request",
     "h2_available",
-    "make_protocol",
     "next_connection_number",
     "run_handler",
 ]
@@ -307,36 +305,3 @@ _REASONS = {
 def h2_available() -> bool:
     """Whether the optional ``h2`` package is installed (``pip install firsttoken[http2]``)."""
     return importlib.util.find_spec("h2") is not None
-
-
-class _Negotiated(asyncio.Protocol):
-    """Stands in until the connection is up, then hands it to the protocol ALPN picked."""
-
-    def __init__(self, handler: Handler, connections: set[Connection]) -> None:
-        self._handler = handler
-        self._connections = connections
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        ssl_object = transport.get_extra_info("ssl_object")
-        alpn = ssl_object.selected_alpn_protocol() if isinstance(ssl_object, ssl.SSLObject) else None
-        protocol: asyncio.Protocol
-        if alpn == "h2":
-            from ._h2 import H2Connection
-
-            protocol = H2Connection(self._handler, self._connections)
-        else:
-            protocol = H11Connection(self._handler, self._connections)
-        transport.set_protocol(protocol)
-        protocol.connection_made(transport)
-
-
-def make_protocol(handler: Handler, connections: set[Connection]) -> Callable[[], asyncio.Protocol]:
-    """The protocol factory for ``loop.create_server``: HTTP/2 when ALPN selected ``h2``, else HTTP/1.1.
-
-    The TLS handshake (and so ALPN) is over before ``connection_made``, and no byte has been read.
-    """
-
-    def factory() -> asyncio.Protocol:
-        return _Negotiated(handler, connections)
-
-    return factory

@@ -17,9 +17,10 @@ from types import TracebackType
 from typing import Any
 
 from . import _anthropic, _openai
+from ._alpn import make_protocol
 from ._cache import CacheConfig, PromptCache
 from ._faults import FAULT_HEADER, Fault, FaultQueue
-from ._http import Connection, Disconnected, Exchange, h2_available, make_protocol
+from ._http import Connection, Disconnected, Exchange, h2_available
 from ._latency import LatencyModel
 from ._output import ApiError
 from ._replay import Cassettes, replay
