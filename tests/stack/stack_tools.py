@@ -69,6 +69,28 @@ def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
 
 
+TARGETS = RULES_DIR / "targets.yml"
+_TARGET_EXPR = re.compile(r"vector\(([0-9.]+)\)")
+
+
+def targets() -> dict[str, dict[str, float]]:
+    """prometheus/rules/targets.yml as {record: {traffic class ("" = default): seconds}}."""
+    out: dict[str, dict[str, float]] = {}
+    for group in load_yaml(TARGETS)["groups"]:
+        for rule in group["rules"]:
+            match = _TARGET_EXPR.fullmatch(rule["expr"].strip())
+            assert match, f"targets.yml: {rule['record']}: expr must be vector(<seconds>), not {rule['expr']!r}"
+            labels = rule.get("labels") or {}
+            assert set(labels) <= {"firsttoken_traffic_class"}, f"targets.yml: {rule['record']}: labels {labels}"
+            by_class = out.setdefault(rule["record"], {})
+            traffic_class = labels.get("firsttoken_traffic_class", "")
+            assert traffic_class not in by_class, f"targets.yml: {rule['record']} twice for {traffic_class!r}"
+            by_class[traffic_class] = float(match.group(1))
+    for record, by_class in out.items():
+        assert "" in by_class, f"targets.yml: {record} has no default (a rule without labels)"
+    return out
+
+
 # -- the queries we ship -----------------------------------------------------------------------
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
+import openai
 import pytest
 import yaml
-from stack_tools import ROOT, RULE_FILES, RULES_DIR, load_yaml, need, run
+from stack_tools import ROOT, RULE_FILES, RULES_DIR, load_yaml, need, run, targets
+
+from firsttoken import semconv as sc
 
 ALERT_TESTS = ROOT / "prometheus" / "tests" / "alerts_test.yml"
 ALERTMANAGER = ROOT / "prometheus" / "alertmanager" / "alertmanager.yml"
@@ -56,6 +61,10 @@ def test_every_alert_has_for_severity_and_a_firing_and_a_quiet_unit_test() -> No
         ("for", "alerts.yml", "for: 5m", "for: 0m"),
         # No traffic guard: the 2-calls-a-minute model fires too.
         ("guard", "alerts.yml", "* 300 >= 20", "* 300 >= 0"),
+        # A p99 guarded like a p95: one slow call among 30 fires the p99 alerts.
+        ("p99 guard", "alerts.yml", "* 300 >= 100", "* 300 >= 20"),
+        # No guard on the cache hit ratio: the one-call-a-minute model fires.
+        ("cache guard", "alerts.yml", "* 900 >= 20", "* 900 >= 0"),
     ],
 )
 def test_unit_tests_catch_a_broken_rule(tmp_path: Path, what: str, path: str, old: str, new: str) -> None:
@@ -105,3 +114,49 @@ def test_alert_severities_have_routes() -> None:
     paged = {m.split("=")[1].strip() for r in route["routes"] for m in r["matchers"] if m.startswith("severity")}
     severities = {r["labels"]["severity"] for r in alerts()}
     assert paged == {"critical"} and paged <= severities
+
+
+def prometheus_name(otel_name: str, unit: str) -> str:
+    """The UnderscoreEscapingWithSuffixes name of a histogram (docs/metrics.md)."""
+    assert unit == sc.UNIT_SECONDS, unit
+    return otel_name.replace(".", "_") + "_seconds"
+
+
+def test_targets_are_bucket_bounds_of_the_histograms_they_are_compared_with(telemetry: Any, sim: Any) -> None:
+    """Each target is a bound of the buckets firsttoken really records, and under the last one.
+
+    The chain is read, not assumed: alert -> the recorded percentile it compares with its target
+    -> the histogram that percentile is computed from -> the bucket bounds of that histogram in
+    what firsttoken exported for a real streamed call.
+    """
+    client = openai.OpenAI(base_url=sim.openai_base_url, api_key="sk-test-key", max_retries=0)
+    for _ in client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True):
+        pass
+    data = telemetry.reader.get_metrics_data()
+    bounds: dict[str, tuple[float, ...]] = {}
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                point = metric.data.data_points[0]
+                if metric.unit == sc.UNIT_SECONDS and hasattr(point, "explicit_bounds"):
+                    bounds[prometheus_name(metric.name, metric.unit)] = tuple(point.explicit_bounds)
+    recorded = {r["record"]: r["expr"] for g in load_yaml(RULES_DIR / "recording.yml")["groups"] for r in g["rules"]}
+    compared: dict[str, tuple[float, str]] = {}  # target record -> (quantile, histogram)
+    for rule in alerts():
+        for target in set(re.findall(r"llm:target:\w+", rule["expr"])):
+            (percentile,) = set(re.findall(r"llm:\w+_seconds:p\d+_5m", rule["expr"]))
+            match = re.search(r"histogram_quantile\(([\d.]+),.*\brate\((\w+)_bucket\b", recorded[percentile], re.S)
+            assert match, recorded[percentile]
+            compared[target] = (float(match.group(1)), match.group(2))
+    table = targets()
+    assert set(table) == set(compared), "every target is used by an alert, every alert's target is defined"
+    for record, by_class in table.items():
+        quantile, histogram = compared[record]
+        assert record.endswith(f"_p{round(quantile * 100)}_seconds"), (record, quantile)
+        buckets = bounds[histogram]
+        for traffic_class, value in by_class.items():
+            where = f"{record}{{{traffic_class or 'default'}}} = {value}"
+            assert value in buckets, f"{where} is not a bucket bound of {histogram}: {buckets}"
+            assert value < buckets[-1], f"{where} is the last bound of {histogram}: a percentile never exceeds it"
+    assert bounds["firsttoken_client_time_to_first_token_seconds"] == sc.TTFT_BUCKETS
+    assert bounds["gen_ai_client_operation_duration_seconds"] == sc.DURATION_BUCKETS
