@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -69,26 +70,20 @@ def load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
 
 
-TARGETS = RULES_DIR / "targets.yml"
-_TARGET_EXPR = re.compile(r"vector\(([0-9.]+)\)")
+def generator(name: str) -> Any:
+    """A generator script of scripts/stack/ (dashboards, sampling), imported as a module."""
+    path = ROOT / "scripts" / "stack" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"firsttoken_stack_{name}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def targets() -> dict[str, dict[str, float]]:
     """prometheus/rules/targets.yml as {record: {traffic class ("" = default): seconds}}."""
-    out: dict[str, dict[str, float]] = {}
-    for group in load_yaml(TARGETS)["groups"]:
-        for rule in group["rules"]:
-            match = _TARGET_EXPR.fullmatch(rule["expr"].strip())
-            assert match, f"targets.yml: {rule['record']}: expr must be vector(<seconds>), not {rule['expr']!r}"
-            labels = rule.get("labels") or {}
-            assert set(labels) <= {"firsttoken_traffic_class"}, f"targets.yml: {rule['record']}: labels {labels}"
-            by_class = out.setdefault(rule["record"], {})
-            traffic_class = labels.get("firsttoken_traffic_class", "")
-            assert traffic_class not in by_class, f"targets.yml: {rule['record']} twice for {traffic_class!r}"
-            by_class[traffic_class] = float(match.group(1))
-    for record, by_class in out.items():
-        assert "" in by_class, f"targets.yml: {record} has no default (a rule without labels)"
-    return out
+    result: dict[str, dict[str, float]] = generator("sampling").load_targets()
+    return result
 
 
 # -- the queries we ship -----------------------------------------------------------------------

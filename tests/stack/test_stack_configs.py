@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from stack_tools import DATASOURCES, ROOT, load_yaml
+from stack_tools import DATASOURCES, ROOT, generator, load_yaml, targets
 
 from firsttoken import semconv as sc
 
@@ -86,20 +86,116 @@ def test_collector_pipelines_are_complete_and_current(path: Path) -> None:
     assert COLLECTOR_IMAGE in header, f"{path.name}: the header should name the pinned image"
 
 
-def test_tail_sampling_keeps_errors_slow_calls_and_a_baseline() -> None:
+def test_tail_sampling_policies_are_generated_from_the_targets() -> None:
+    """Both configs hold exactly what scripts/stack/sampling.py writes from targets.yml."""
+    sampling = generator("sampling")
+    for path in (SINGLE, SAMPLER):
+        text = path.read_text()
+        assert sampling.rewrite(text, targets()) == text, f"run python scripts/stack/sampling.py: {path.name} differs"
+    assert load_yaml(SAMPLER)["processors"]["tail_sampling"] == load_yaml(SINGLE)["processors"]["tail_sampling"]
+    # The attributes the policies read are the ones firsttoken sets on its call span.
+    assert sampling.TRAFFIC_CLASS == sc.FT_TRAFFIC_CLASS
+    assert sampling.TIME_TO_FIRST_TOKEN == sc.FT_TIME_TO_FIRST_TOKEN
+    assert sampling.TIME_PER_OUTPUT_TOKEN == sc.FT_TIME_PER_OUTPUT_TOKEN
+
+
+def test_tail_sampling_waits_long_enough_and_keeps_a_baseline() -> None:
     single = load_yaml(SINGLE)["processors"]["tail_sampling"]
-    assert load_yaml(SAMPLER)["processors"]["tail_sampling"] == single, "otelcol.yaml and sampler.yaml differ"
     wait = int(single["decision_wait"].rstrip("s"))
     assert wait >= 120, "decision_wait must outlast the longest streamed generation"
     assert int(single["decision_wait_after_root_received"].rstrip("s")) < wait
-    policies = {p["type"]: p for p in single["policies"]}
-    assert policies["status_code"]["status_code"]["status_codes"] == ["ERROR"]
-    assert 0 < policies["probabilistic"]["probabilistic"]["sampling_percentage"] < 100
-    assert policies["latency"]["latency"]["threshold_ms"] >= 10_000
-    conditions = [c for p in single["policies"] if p["type"] == "ottl_condition" for c in p["ottl_condition"]["span"]]
-    keys = {m for c in conditions for m in re.findall(r'attributes\["([^"]+)"\]', c)}
-    # The TTFT / decode policies read span attributes firsttoken really sets.
-    assert keys == {sc.FT_TIME_TO_FIRST_TOKEN, sc.FT_TIME_PER_OUTPUT_TOKEN}
+    baseline = [p for p in single["policies"] if p["type"] == "probabilistic"]
+    assert len(baseline) == 1 and 0 < baseline[0]["probabilistic"]["sampling_percentage"] < 100
+
+
+# -- a small model of the tail sampler, for the policy types and OTTL conditions the generator writes --
+
+_CLAUSE = re.compile(r'attributes\["([^"]+)"\] (==|!=|>) ("[^"]*"|nil|[0-9.]+)')
+Span = dict[str, Any]  # attributes, plus "_status" and "_start"/"_end" (seconds)
+
+
+def ottl_matches(condition: str, span: Span) -> bool:
+    for clause in condition.split(" and "):
+        match = _CLAUSE.fullmatch(clause)
+        assert match, f"the model does not read {clause!r}"
+        key, op, literal = match.groups()
+        value = span.get(key)
+        expected: Any = None if literal == "nil" else literal.strip('"') if literal.startswith('"') else float(literal)
+        if op == "==" and value != expected:
+            return False
+        if op == "!=" and value == expected:
+            return False
+        if op == ">" and not (isinstance(value, (int, float)) and value > expected):
+            return False
+    return True
+
+
+def keeps(policy: dict[str, Any], trace: list[Span]) -> bool:
+    kind = policy["type"]
+    if kind == "status_code":
+        return any(s.get("_status") in policy["status_code"]["status_codes"] for s in trace)
+    if kind == "ottl_condition":
+        config = policy["ottl_condition"]
+        assert set(config) == {"error_mode", "span"} and config["error_mode"] == "ignore"
+        return any(ottl_matches(c, s) for c in config["span"] for s in trace)
+    if kind == "latency":
+        duration = max(s["_end"] for s in trace) - min(s["_start"] for s in trace)
+        return duration * 1000 > policy["latency"]["threshold_ms"]
+    if kind == "and":
+        return all(keeps(p, trace) for p in policy["and"]["and_sub_policy"])
+    raise AssertionError(f"the model does not know policy type {kind}")
+
+
+def kept_by(trace: list[Span]) -> list[str]:
+    """The non-baseline policies that keep this trace."""
+    policies = load_yaml(SINGLE)["processors"]["tail_sampling"]["policies"]
+    return [p["name"] for p in policies if p["type"] != "probabilistic" and keeps(p, trace)]
+
+
+def call_trace(traffic_class: str | None, *, duration: float, ttft: float | None = None) -> list[Span]:
+    """A call span as firsttoken records it (a TTFT only when streamed), with a phase child span."""
+    call: Span = {sc.GEN_AI_OPERATION_NAME: "chat", "_status": "UNSET", "_start": 100.0, "_end": 100.0 + duration}
+    if traffic_class is not None:
+        call[sc.FT_TRAFFIC_CLASS] = traffic_class
+    if ttft is not None:
+        call[sc.FT_TIME_TO_FIRST_TOKEN] = ttft
+        call[sc.FT_TIME_PER_OUTPUT_TOKEN] = 0.02
+    child: Span = {sc.FT_PHASE: "server_wait", "_start": 100.01, "_end": 100.0 + duration / 2}
+    return [call, child]
+
+
+def classes_to_try() -> list[str | None]:
+    listed = {c for by_class in targets().values() for c in by_class if c}
+    return [*sorted(listed), "reports", None]  # "reports": a class targets.yml does not list
+
+
+def target_of(record: str, traffic_class: str | None) -> float:
+    by_class = targets()[record]
+    return by_class.get(traffic_class or "", by_class[""])
+
+
+@pytest.mark.parametrize("traffic_class", classes_to_try(), ids=str)
+def test_every_call_over_a_target_keeps_its_trace(traffic_class: str | None) -> None:
+    """Streamed TTFT over the class's p95 target, any call over its end-to-end target: kept.
+
+    Just under the targets nothing but the baseline keeps it (the sampler follows the targets,
+    not a looser or stricter number of its own).
+    """
+    ttft_target = min(target_of(r, traffic_class) for r in targets() if "ttft" in r)
+    e2e_target = target_of("llm:target:e2e_p99_seconds", traffic_class)
+    assert ttft_target == target_of("llm:target:ttft_p95_seconds", traffic_class)
+    over, under = 1.01, 0.99
+    assert kept_by(call_trace(traffic_class, duration=ttft_target * over + 1, ttft=ttft_target * over))
+    assert not kept_by(call_trace(traffic_class, duration=ttft_target * under + 1, ttft=ttft_target * under))
+    # Non-streamed (no TTFT attribute), and streamed with a quick first token.
+    assert kept_by(call_trace(traffic_class, duration=e2e_target * over))
+    assert kept_by(call_trace(traffic_class, duration=e2e_target * over, ttft=0.2))
+    assert not kept_by(call_trace(traffic_class, duration=e2e_target * under))
+    assert not kept_by(call_trace(traffic_class, duration=e2e_target * under, ttft=0.2))
+    # Errors are always kept.
+    failed = call_trace(traffic_class, duration=0.1)
+    failed[0]["_status"] = "ERROR"
+    assert kept_by(failed) == ["errors"]
 
 
 def test_scale_out_routes_traces_by_trace_id_to_the_samplers() -> None:

@@ -160,3 +160,23 @@ def test_targets_are_bucket_bounds_of_the_histograms_they_are_compared_with(tele
             assert value < buckets[-1], f"{where} is the last bound of {histogram}: a percentile never exceeds it"
     assert bounds["firsttoken_client_time_to_first_token_seconds"] == sc.TTFT_BUCKETS
     assert bounds["gen_ai_client_operation_duration_seconds"] == sc.DURATION_BUCKETS
+
+
+def test_docs_state_the_targets_of_targets_yml() -> None:
+    """docs/stack.md's table of targets is the one in targets.yml."""
+    text = (ROOT / "docs" / "stack.md").read_text()
+    header = re.search(r"^\| target \(seconds\) \|(.*)\|$", text, re.M)
+    assert header, "docs/stack.md has no table of targets"
+    columns = [c.strip() for c in header.group(1).split("|")]
+    rows = {
+        m.group(1): [float(v) for v in m.group(2).split("|")]
+        for m in re.finditer(r"^\| .*`(llm:target:\w+)` \|([\d.| ]+)\|$", text, re.M)
+    }
+    stated = {record: dict(zip(columns, values, strict=True)) for record, values in rows.items()}
+    expected = {
+        record: {(c or "default"): by_class.get(c, by_class[""]) for c in ["", *columns[1:]]}
+        for record, by_class in targets().items()
+    }
+    assert stated == expected
+    listed = {c for by_class in targets().values() for c in by_class if c}
+    assert listed <= set(columns), f"docs/stack.md lacks a column for {listed - set(columns)}"
