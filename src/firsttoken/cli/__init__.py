@@ -1,4 +1,4 @@
-"""The ``firsttoken`` command: ``demo`` (the default job) and ``sim``."""
+"""The ``firsttoken`` command: ``demo`` (the default job), ``bench`` and ``sim``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"firsttoken {__version__}")
     parser.add_argument(
         "command",
-        choices=("demo", "sim"),
-        help="demo: measure a workload on the simulator; sim: serve the OpenAI/Anthropic-compatible simulator",
+        choices=("demo", "bench", "sim"),
+        help="demo: measure a workload on the simulator; bench: measure, compare and race endpoints; "
+        "sim: serve the OpenAI/Anthropic-compatible simulator",
     )
     if not args or args[0] in ("-h", "--help", "--version"):
         parser.parse_args(args)
@@ -29,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import main as demo_main
 
         return demo_main(args[1:])
+    if ns.command == "bench":
+        from .bench import main as bench_main
+
+        return bench_main(args[1:])
     from ..sim.cli import main as sim_main
 
     return int(sim_main(args[1:]))

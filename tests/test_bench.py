@@ -1,0 +1,262 @@
+"""``firsttoken bench`` as a user runs it: a subprocess driving the real SDKs against the simulator.
+
+The simulator runs in this process (its own thread); bench runs in a child process, so the two do
+not share a GIL. Latency bounds: the simulator sleeps until absolute deadlines counted from the
+moment it has read a request, so a client-side measurement can only be longer than the configured
+delay; how much longer is the client's own work (SDK, instrumentation, loopback, scheduling), a
+few ms on an idle machine. The upper bounds allow 60 ms of it, for a busy 2-core CI machine.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from firsttoken.cli.report import percentile
+from firsttoken.sim import LatencyModel, Simulator
+
+SLACK_MS = 60.0
+QUEUE_MS, PREFILL_MS_PER_1K, DECODE_TPS, OUTPUT = 100.0, 100.0, 100.0, 20
+
+
+def run_bench(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_", "ANTHROPIC_"))}
+    full_env.update({"OPENAI_API_KEY": "sk-bench-test", "ANTHROPIC_API_KEY": "sk-ant-bench-test"})
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "firsttoken.cli", "bench", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    exact = dict(prefill_ms_per_1k_tokens=PREFILL_MS_PER_1K, decode_tokens_per_s=DECODE_TPS, output_tokens=OUTPUT)
+    models = {
+        "steady": LatencyModel.fixed(queue_ms=QUEUE_MS, **exact),
+        "fast": LatencyModel.fixed(queue_ms=40, **exact),
+        "slow": LatencyModel.fixed(queue_ms=160, **exact),
+    }
+    with Simulator(models=models, seed=3) as s:
+        yield s
+
+
+def table_row(stdout: str, target: str, label: str) -> dict[str, float]:
+    """One metric row of a target's block in the printed table: n and the percentiles, as numbers."""
+    block = stdout.split(f"\n{target}: ", 1)[1].split("\n\n", 1)[0]
+    for line in block.splitlines():
+        if line.strip().startswith(label):
+            cells = line.strip()[len(label) :].split()
+            return dict(zip(("n", "p50", "p90", "p95", "p99", "max"), map(float, cells), strict=True))
+    raise AssertionError(f"no {label!r} row for {target} in:\n{stdout}")
+
+
+def test_percentiles_match_the_configured_delays_and_the_files_hold_every_request(
+    sim: Simulator, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    result = run_bench(
+        "--base-url", sim.openai_base_url, "--model", "steady", "--requests", "24", "--concurrency", "4",
+        "--warmup", "2", "--input-tokens", "300", "--max-tokens", "64", "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads((out.with_suffix(".json")).read_text())
+    measured = [r for r in doc["requests"] if not r["warmup"]]
+    assert len(measured) == 24 and len(doc["requests"]) == 26
+    assert all(r["ok"] and r["target"] == "steady" and r["stream"] for r in measured)
+    inputs = {r["input_tokens"] for r in measured}
+    assert len(inputs) == 1 and 295 <= min(inputs) <= 310  # synthetic prompts of the asked length
+    # The model: headers after the queue, the first token after prefill and one decode step, then
+    # a token every 1/decode_tokens_per_s.
+    ttft_ms = QUEUE_MS + PREFILL_MS_PER_1K * min(inputs) / 1000 + 1000 / DECODE_TPS
+    e2e_ms = ttft_ms + (OUTPUT - 1) * 1000 / DECODE_TPS
+    ttft = table_row(result.stdout, "steady", "TTFT ms")
+    assert ttft["n"] == 24
+    assert ttft_ms <= ttft["p50"] <= ttft_ms + SLACK_MS, (ttft, ttft_ms)
+    assert ttft["p50"] <= ttft["p90"] <= ttft["p95"] <= ttft["p99"] <= ttft["max"]
+    e2e = table_row(result.stdout, "steady", "API end-to-end ms")
+    assert e2e_ms <= e2e["p50"] <= e2e_ms + SLACK_MS, (e2e, e2e_ms)
+    # Tokens are paced by absolute deadlines: the decode rate is exact up to the first and last
+    # token's delivery jitter, spread over 19 intervals.
+    tpot = table_row(result.stdout, "steady", "time per output token ms")
+    assert 1000 / DECODE_TPS - 1 <= tpot["p50"] <= 1000 / DECODE_TPS + SLACK_MS / (OUTPUT - 1), tpot
+
+    # The printed table, the JSON summary and the per-request timelines agree.
+    summary = doc["summaries"]["steady"]
+    assert summary["n"] == 24 and summary["ok"] == 24 and summary["retries"] == 0
+    p50 = percentile([r["ttft_s"] for r in measured], 50)
+    assert p50 is not None
+    assert summary["quantiles"]["ttft_s"]["p50"] == pytest.approx(p50)
+    assert round(p50 * 1000, 1) == ttft["p50"]
+    for r in measured:
+        phases = [p["phase"] for p in r["phases"]]
+        assert "server_wait" in phases and "decode" in phases, phases
+        total = sum(p["duration_s"] for p in r["phases"])
+        assert total == pytest.approx(r["e2e_s"], abs=1e-6)  # the phases tile the call
+        assert r["output_tokens"] == OUTPUT
+    # The simulator saw exactly the requests bench says it sent (warm-up included).
+    served = [q for q in sim.requests if q.model == "steady"]
+    assert len(served) >= 26
+
+    rows = list(csv.DictReader(out.with_suffix(".csv").open()))
+    assert len(rows) == 26
+    assert [int(r["seq"]) for r in rows] == [r["seq"] for r in doc["requests"]]
+    first = next(r for r in rows if r["warmup"] == "False")
+    match = next(r for r in doc["requests"] if r["seq"] == int(first["seq"]))
+    assert float(first["ttft_s"]) == pytest.approx(match["ttft_s"])
+    assert "server_wait=" in first["phases"]
+    assert out.with_suffix(".html").stat().st_size > 100_000  # charts inlined
+
+
+def test_compare_orders_two_targets_of_known_speed(sim: Simulator, tmp_path: Path) -> None:
+    out = tmp_path / "cmp.json"
+    result = run_bench(
+        "--base-url", sim.openai_base_url, "--model", "fast", "--model", "slow", "--compare", "slow,fast",
+        "--requests", "16", "--concurrency", "2", "--warmup", "1", "--json", str(out), "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    # Interleaved: slow, fast, slow, fast ... in the order requests were issued.
+    order = [r["target"] for r in sorted(doc["requests"], key=lambda r: r["seq"])]
+    assert order[:6] == ["slow", "fast"] * 3
+    ttft_p50 = next(c for c in doc["compare"] if c["metric"] == "ttft_s" and c["quantile"] == 50)
+    assert ttft_p50["a"] == "fast" and ttft_p50["b"] == "slow"
+    # Configured: 40 vs 160 ms of queue on top of the same ~42 ms: about 0.4; bounds leave room for
+    # client overhead on either side, and the interval must exclude 1 (a claim with error bars).
+    assert ttft_p50["low"] <= ttft_p50["ratio"] <= ttft_p50["high"] < 1
+    assert 0.25 <= ttft_p50["ratio"] <= 0.7
+    assert "TTFT p50: fast / slow" in result.stdout and "(fast faster)" in result.stdout
+
+
+def test_open_loop_for_a_duration_without_streaming(sim: Simulator, tmp_path: Path) -> None:
+    out = tmp_path / "open.json"
+    result = run_bench(
+        "--base-url", sim.openai_base_url, "--model", "fast", "--no-stream", "--rate", "20", "--duration", "1.5",
+        "--warmup", "1", "--json", str(out), "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    measured = [r for r in doc["requests"] if not r["warmup"]]
+    # Poisson arrivals at 20/s for 1.5 s: 30 expected; 12..55 holds with overwhelming probability.
+    assert 12 <= len(measured) <= 55
+    scheduled = [r["scheduled_s"] for r in measured]
+    assert all(s is not None for s in scheduled) and scheduled == sorted(scheduled)
+    assert all(r["ok"] and not r["stream"] and r["ttft_s"] is None for r in measured)
+    # A whole response arrives when its last token is due: queue + prefill + all tokens.
+    floor_ms = 40 + 100 * measured[0]["input_tokens"] / 1000 + OUTPUT * 10
+    e2e = sorted(r["e2e_s"] * 1000 for r in measured)
+    assert floor_ms <= e2e[len(e2e) // 2] <= floor_ms + SLACK_MS
+    assert "TTFT ms" not in result.stdout.split("\nfast: ", 1)[1]
+
+
+def test_a_shared_prefix_is_cached_and_a_unique_one_is_not(sim: Simulator, tmp_path: Path) -> None:
+    ratios = {}
+    for mode in ("shared", "unique"):
+        out = tmp_path / f"{mode}.json"
+        result = run_bench(
+            "--base-url", sim.openai_base_url, "--model", "steady", "--prefix", mode, "--prefix-tokens", "2048",
+            "--requests", "6", "--concurrency", "1", "--warmup", "1", "--json", str(out), "--no-progress",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        ratios[mode] = json.loads(out.read_text())["summaries"]["steady"]["cache_hit_ratio"]
+    assert ratios["unique"] == 0
+    assert ratios["shared"] > 0.8  # the 2048-token prefix of every ~2250-token prompt, after the warm-up
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+
+def test_impossible_flags_and_bad_files_get_one_clear_message(tmp_path: Path) -> None:
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('[{"role": "user", "content": "hi"}]\n{"messages": "nope"}\n')
+    cases = [
+        (["--model", "m", "--requests", "5", "--duration", "3"], "--requests and --duration exclude each other"),
+        (["--model", "m", "--concurrency", "2", "--rate", "3"], "--concurrency (closed loop) and --rate"),
+        (["--model", "m", "--requests", "0"], "must be positive"),
+        (["--model", "m", "--compare", "m,x"], "unknown target 'x'"),
+        (["--target", "a=grpc:m@http://h"], "the API must be one of"),
+        ([], "nothing to measure"),
+        (["--model", "m", "--prompts", str(bad)], "line 2: expected a list of messages"),
+        (["--model", "m", "--prompts", str(tmp_path / "missing.txt")], "No such file"),
+    ]
+    for argv, message in cases:
+        result = run_bench(*argv, "--no-progress")
+        assert result.returncode == 2, (argv, result.stdout, result.stderr)
+        assert message in result.stderr, (argv, result.stderr)
+        assert "Traceback" not in result.stderr
+    result = run_bench("--model", "m", env={"OPENAI_API_KEY": ""})
+    assert result.returncode == 2 and "OPENAI_API_KEY is not set" in result.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Refusing(BaseHTTPRequestHandler):
+    """An OpenAI-shaped endpoint that refuses the key, or does not know the model."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if self.headers.get("authorization") != "Bearer good":
+            status, error = 401, {"message": "Incorrect API key provided", "type": "invalid_request_error"}
+        else:
+            status, error = 404, {"message": f"The model `{body['model']}` does not exist", "code": "model_not_found"}
+        data = json.dumps({"error": error}).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_unreachable_wrong_key_and_unknown_model_stop_with_one_message(sim: Simulator, tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    refusing = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        out = tmp_path / "key.json"
+        result = run_bench("--base-url", refusing, "--model", "m", "--json", str(out), "--max-retries", "0")
+        assert result.returncode == 1
+        assert "refused the API key (HTTP 401)" in result.stderr and "Traceback" not in result.stderr
+        assert json.loads(out.read_text())["error"].startswith("the endpoint refused the API key")
+        result = run_bench("--base-url", refusing, "--model", "gpt-9", env={"OPENAI_API_KEY": "good"})
+        assert result.returncode == 1 and "not found (HTTP 404)" in result.stderr and "gpt-9" in result.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    # What was measured before the error stays in the files: a good target runs, then the next
+    # one cannot be reached.
+    out = tmp_path / "partial"
+    dead = f"http://127.0.0.1:{_free_port()}/v1"
+    result = run_bench(
+        "--target", f"ok=openai:fast@{sim.openai_base_url}", "--target", f"dead=openai:fast@{dead}",
+        "--requests", "5", "--warmup", "0", "--max-retries", "0", "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "cannot reach openai fast at " + dead in result.stderr
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["error"].startswith("cannot reach")
+    assert doc["summaries"]["ok"]["ok"] == 5
+    assert [r["ok"] for r in doc["requests"] if r["target"] == "dead"][:1] == [False]
+    assert len(list(csv.DictReader(out.with_suffix(".csv").open()))) == len(doc["requests"])
