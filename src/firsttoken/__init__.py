@@ -18,6 +18,7 @@ from ._version import __version__
 from .app import action, conversation, phase, traffic_class
 from .config import ConfigError, FirstTokenWarning
 from .instrumentor import FirstTokenInstrumentor
+from .race import RaceResult, arace, race  # noqa: F401  (public: firsttoken.race / firsttoken.arace)
 
 __all__ = [
     "ConfigError",

@@ -31,7 +31,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from dataclasses import dataclass, field
 from typing import Any
 
-from .app import CURRENT_ACTION, action
+from .app import action
+from .context import CURRENT_ACTION
 from .providers import anthropic as _anthropic_hooks
 from .providers import openai as _openai_hooks
 from .timeline import Timeline
@@ -142,42 +143,46 @@ def _check(calls: Sequence[Callable[[], Any]], until: str) -> None:
             raise TypeError(f"contender {n} is not callable (pass a function that makes the call)")
 
 
-class _Counter:
-    __slots__ = ("outputs",)
-
-    def __init__(self) -> None:
-        self.outputs = 0
-
-
 # -- asyncio --------------------------------------------------------------------------------
 
 
-async def _contend_async(call: Callable[[], Any], until: str, counter: _Counter) -> tuple[Any, list[Any]]:
-    value = call()
-    if inspect.isawaitable(value):
-        value = await value
-    items: list[Any] = []
-    if not _is_async_stream(value):
+class _AsyncRace:
+    """Shared by the contenders: the first to claim wins and cancels the others on the spot.
+
+    The claim is made inside the winning contender's own step of the event loop, so a loser
+    cannot read one more item first: it is cancelled where it waits, and its call ends
+    ``cancelled`` however close the race was.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.winner: int | None = None
+        self.decided_ns = 0
+        self.tasks: list[asyncio.Future[Any]] = []
+        self.outputs = [0] * count
+
+    def claim(self, n: int) -> None:
+        if self.winner is not None:
+            return
+        self.winner = n
+        self.decided_ns = time.perf_counter_ns()
+        for other, task in enumerate(self.tasks):
+            if other != n:
+                task.cancel()
+
+    async def contend(self, n: int, call: Callable[[], Any], until: str) -> tuple[Any, list[Any]]:
+        value = call()
+        if inspect.isawaitable(value):
+            value = await value
+        items: list[Any] = []
+        if _is_async_stream(value):
+            async for item in value:
+                items.append(item)
+                if carries_output(item):
+                    self.outputs[n] += 1
+                    if until == FIRST_TOKEN:
+                        break
+        self.claim(n)
         return value, items
-    async for item in value:
-        items.append(item)
-        if carries_output(item):
-            counter.outputs += 1
-            if until == FIRST_TOKEN:
-                break
-    return value, items
-
-
-async def _close_async(value: Any) -> None:
-    close = getattr(value, "close", None)
-    if close is None:
-        return
-    try:
-        result = close()
-        if inspect.isawaitable(result):
-            await result
-    except Exception:
-        pass
 
 
 async def arace(
@@ -187,49 +192,41 @@ async def arace(
 ) -> RaceResult:
     """Start every contender at once on this event loop; return the first; cancel the others.
 
-    Losers still running are cancelled before this returns (their call spans end ``cancelled``).
-    If every contender fails, the first contender's exception is raised.
+    Losers are cancelled the moment the winner is known, before this returns (their call spans end
+    ``cancelled``). If every contender fails, the first contender's exception is raised.
     """
     _check(calls, until)
     scope = action(name) if CURRENT_ACTION.get() is None else None
     if scope is not None:
         scope.__enter__()
     started = time.perf_counter_ns()
-    counters = [_Counter() for _ in calls]
-    tasks = [asyncio.ensure_future(_contend_async(call, until, counters[n])) for n, call in enumerate(calls)]
-    index = {task: n for n, task in enumerate(tasks)}
+    state = _AsyncRace(len(calls))
+    state.tasks = [asyncio.ensure_future(state.contend(n, call, until)) for n, call in enumerate(calls)]
+    index = {task: n for n, task in enumerate(state.tasks)}
     errors: dict[int, BaseException] = {}
-    winner: int | None = None
     raised: BaseException | None = None
     try:
-        pending: set[asyncio.Future[Any]] = set(tasks)
-        while pending and winner is None:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in sorted(done, key=index.__getitem__):
-                exc = task.exception()
-                if exc is not None:
-                    errors[index[task]] = exc
-                elif winner is None:
-                    winner = index[task]
-        decided = time.perf_counter_ns()
-        losers = [n for n, task in enumerate(tasks) if n != winner and n not in errors]
-        for n in losers:
-            tasks[n].cancel()
-        outcomes = await asyncio.gather(*(tasks[n] for n in losers), return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, tuple):  # finished in the same instant as the winner: stop it
-                await _close_async(outcome[0])
+        pending: set[asyncio.Future[Any]] = set(state.tasks)
+        while pending and state.winner is None:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.gather(*state.tasks, return_exceptions=True)  # the cancellations land
+        for task in state.tasks:
+            exc = None if task.cancelled() else task.exception()
+            if exc is not None:
+                errors[index[task]] = exc
+        winner = state.winner
         if winner is None:
             raised = errors[min(errors)]
             raise raised
-        value, items = tasks[winner].result()
-        outputs = {n: counters[n].outputs for n in losers}
-        return RaceResult(winner, value, items, until, started, decided, losers, errors, outputs)
+        losers = [n for n in range(len(calls)) if n != winner and n not in errors]
+        value, items = state.tasks[winner].result()
+        outputs = {n: state.outputs[n] for n in losers}
+        return RaceResult(winner, value, items, until, started, state.decided_ns, losers, errors, outputs)
     except BaseException as exc:
         raised = exc
-        for task in tasks:
+        for task in state.tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*state.tasks, return_exceptions=True)
         raise
     finally:
         if scope is not None:
