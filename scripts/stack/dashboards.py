@@ -4,30 +4,51 @@
     python scripts/stack/dashboards.py --check  # exit 1 if a committed file differs
 
 Classic dashboard JSON (schemaVersion 39), file-provisioned by
-grafana/provisioning/dashboards/dashboards.yaml; Grafana 11-13 load it (13 migrates it on load).
+grafana/provisioning/dashboards/dashboards.yaml; Grafana 11-13 load it (13 migrates it on load), and
+it imports into an existing Grafana: every panel uses the ``$datasource`` variable (a Prometheus
+datasource picked at the top), never a fixed uid.
 Every query uses the Prometheus names of docs/metrics.md (UnderscoreEscapingWithSuffixes).
 Latency panels ask for exemplars: a point or heatmap cell links to the trace of that very call in
 Tempo through the Prometheus datasource's exemplarTraceIdDestinations.
+Thresholds and SLO targets are read from prometheus/rules/targets.yml (and the error-ratio limit
+from alerts.yml) when this runs: the dashboards colour what the alerts fire on.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from firsttoken import semconv as sc
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = ROOT / "grafana" / "dashboards"
+TARGETS_FILE = ROOT / "prometheus" / "rules" / "targets.yml"
+ALERTS_FILE = ROOT / "prometheus" / "rules" / "alerts.yml"
 
-PROMETHEUS = {"type": "prometheus", "uid": "prometheus"}
+# Every panel and query uses the dashboard's datasource variables, so that the JSON imports into
+# any Grafana whatever its datasources are called.
+PROMETHEUS = {"type": "prometheus", "uid": "${datasource}"}
+# The interval the SDKs export metrics at (OTEL_METRIC_EXPORT_INTERVAL, 15 s by default in firsttoken):
+# every panel's minimum interval, so that $__rate_interval spans at least four exports.
+MIN_INTERVAL = "15s"
 
 # Label selectors built from the dashboard variables.
 CALL = 'gen_ai_provider_name=~"$provider", gen_ai_request_model=~"$model", firsttoken_traffic_class=~"$traffic_class"'
 CLASS = 'firsttoken_traffic_class=~"$traffic_class"'
 RI = "$__rate_interval"
-PREFIX_BY = "gen_ai_request_model, firsttoken_prompt_prefix_hash"
+RANGE = "$__range"
+BY_MODEL = "gen_ai_provider_name, gen_ai_request_model"
+MODEL = "{{gen_ai_provider_name}}/{{gen_ai_request_model}}"
+PREFIX_BY = "gen_ai_provider_name, gen_ai_request_model, firsttoken_prompt_prefix_hash"
 # Finish reasons of an answer cut off by the token budget: OpenAI "length", Anthropic "max_tokens".
 CUT_OFF = 'gen_ai_response_finish_reason=~"length|max_tokens"'
 
@@ -56,35 +77,167 @@ CONNECTIONS = "firsttoken_client_connections_total"
 REQUEST_BYTES = "firsttoken_client_request_body_size_bytes"
 RESPONSE_BYTES = "firsttoken_client_response_body_size_bytes"
 RETRIES = "firsttoken_client_retries_total"
-# Not emitted yet (tests/stack/stack_tools.py PENDING_METRICS): a name proposed for the
-# provider-reported split of server wait into queue and processing.
+# Provider-reported server time (OpenAI processing time, Groq and Cerebras queue/prompt/completion).
 SERVER_TIMING = "firsttoken_client_server_timing_duration_seconds"
 
-TTFT_TARGETS = ("0.5", "1", "1.5", "2", "2.5", "5", "10")  # TTFT bucket bounds
-E2E_TARGETS = ("1.28", "2.56", "5.12", "10.24", "20.48", "40.96")  # duration bucket bounds
+# Units: Grafana's ids, and custom suffixes for tokens (Grafana has no token unit).
+TOKENS_PER_S = "suffix: tokens/s"
+TOKENS = "suffix: tokens"
+# Colours of the quantiles of one model's family (Grafana named colours).
+QUANTILE_COLORS = {0.5: "green", 0.95: "orange", 0.99: "red"}
+
+
+# -- targets: prometheus/rules/targets.yml, read at generation time ------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """One latency target of targets.yml: a percentile of a histogram, per traffic class."""
+
+    record: str  # llm:target:ttft_p95_seconds
+    signal: str  # "ttft" or "e2e"
+    quantile: float  # 0.95: at least 95% of the calls must be under the target
+    seconds: dict[str, float]  # traffic class -> seconds; "" is the default
+
+    def for_class(self, traffic_class: str) -> float:
+        return self.seconds.get(traffic_class, self.seconds[""])
+
+
+_TARGET_RECORD = re.compile(r"llm:target:(ttft|e2e)_p(\d\d)_seconds")
+_VECTOR = re.compile(r"\s*vector\(\s*([0-9]+(?:\.[0-9]+)?)\s*\)\s*")
+
+
+def load_targets(path: Path = TARGETS_FILE) -> list[Target]:
+    """The targets of targets.yml, in file order; a rule this cannot read is an error, not a guess."""
+    found: dict[str, dict[str, float]] = {}
+    for group in yaml.safe_load(path.read_text())["groups"]:
+        for rule in group["rules"]:
+            record = rule.get("record", "")
+            if not record.startswith("llm:target:"):
+                continue
+            if not _TARGET_RECORD.fullmatch(record):
+                raise ValueError(f"{path}: unknown target {record} (expected llm:target:(ttft|e2e)_pNN_seconds)")
+            value = _VECTOR.fullmatch(str(rule["expr"]))
+            if not value:
+                raise ValueError(f"{path}: {record}: expr must be vector(<seconds>), got {rule['expr']!r}")
+            traffic_class = str((rule.get("labels") or {}).get("firsttoken_traffic_class", ""))
+            found.setdefault(record, {})[traffic_class] = float(value.group(1))
+    targets = []
+    for record, seconds in found.items():
+        m = _TARGET_RECORD.fullmatch(record)
+        assert m
+        if "" not in seconds:
+            raise ValueError(f"{path}: {record} has no default (a rule without a traffic class label)")
+        targets.append(Target(record, m.group(1), int(m.group(2)) / 100, seconds))
+    if not targets:
+        raise ValueError(f"{path}: no llm:target:* rules")
+    return targets
+
+
+def load_error_ratio_limit(path: Path = ALERTS_FILE) -> float:
+    """The error ratio LLMErrorRatioHigh fires over."""
+    for group in yaml.safe_load(path.read_text())["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") == "LLMErrorRatioHigh":
+                m = re.search(r"llm:error_ratio:rate5m\s*>\s*([0-9.]+)", rule["expr"])
+                if m:
+                    return float(m.group(1))
+    raise ValueError(f"{path}: no LLMErrorRatioHigh alert of the form llm:error_ratio:rate5m > <ratio>")
+
+
+def traffic_classes(targets: Sequence[Target]) -> list[str]:
+    """The classes targets.yml names, in file order, then "" (the default: every other class)."""
+    named: list[str] = []
+    for t in targets:
+        named += [c for c in t.seconds if c and c not in named]
+    return [*named, ""]
+
+
+def class_selector(traffic_class: str, named: Sequence[str]) -> str:
+    """The calls a class's targets apply to; the default covers no class and classes not listed."""
+    if traffic_class:
+        return f'firsttoken_traffic_class="{traffic_class}"'
+    return f'firsttoken_traffic_class!~"{"|".join(c for c in named if c)}"'
+
+
+def class_title(traffic_class: str) -> str:
+    return traffic_class or "other (default targets)"
+
+
+HISTOGRAMS = {"ttft": (TTFT, sc.TTFT_BUCKETS), "e2e": (DURATION, sc.DURATION_BUCKETS)}
+
+
+def slo_bound(seconds: float, buckets: Sequence[float], what: str) -> float:
+    """The bucket bound a target is checked at: the target itself when it is a bound (targets.yml keeps
+    them so), else the largest bound under it, so that "under the bound" still means "met the target"."""
+    under = [b for b in buckets if b <= seconds]
+    if not under:
+        raise ValueError(f"{what}: target {seconds} s is under the first bucket bound of its histogram {buckets[0]}")
+    return max(under)
+
+
+def le_matcher(bound: float) -> str:
+    """``le`` of one bucket, matching both spellings Prometheus may store: "1" and "1.0".
+
+    The OTLP receiver writes the shortest form ("1"); Prometheus 3 scraping a text exposition
+    normalises integral bounds to "1.0". A non-integral bound has one spelling.
+    """
+    text = repr(float(bound)).removesuffix(".0")
+    if "." in text or "e" in text:
+        return f'le="{text}"'
+    return f'le=~"{text}(\\\\.0)?"'
+
+
+def seconds_text(seconds: float) -> str:
+    return f"{seconds:g} s"
+
+
+# -- thresholds --------------------------------------------------------------------------------
+
+
+def thresholds_over(limit: float) -> dict[str, Any]:
+    """Green under a limit (latency, error ratio), red from it."""
+    return {"mode": "absolute", "steps": [{"color": "green", "value": None}, {"color": "red", "value": limit}]}
+
+
+def thresholds_under(objective: float) -> dict[str, Any]:
+    """Red under an objective (share of calls within target), green from it."""
+    return {"mode": "absolute", "steps": [{"color": "red", "value": None}, {"color": "green", "value": objective}]}
+
+
+# A value with no target (a rate, a count): no colour that would read as good or bad.
+NEUTRAL = {"mode": "absolute", "steps": [{"color": "text", "value": None}]}
 
 
 # -- building blocks ---------------------------------------------------------------------------
 
 
-def target(expr: str, legend: str = "", *, exemplar: bool = False, heatmap: bool = False) -> dict[str, Any]:
-    t: dict[str, Any] = {"datasource": PROMETHEUS, "expr": expr, "legendFormat": legend or "__auto", "range": True}
+def target(
+    expr: str,
+    legend: str = "",
+    *,
+    exemplar: bool = False,
+    heatmap: bool = False,
+    instant: bool = False,
+    table: bool = False,
+) -> dict[str, Any]:
+    t: dict[str, Any] = {"datasource": PROMETHEUS, "expr": expr, "legendFormat": legend or "__auto"}
+    if instant:
+        t["instant"] = True
+        t["range"] = False
+    else:
+        t["range"] = True
     if exemplar:
         t["exemplar"] = True
     if heatmap:
         t["format"] = "heatmap"
+    if table:
+        t["format"] = "table"
     return t
 
 
-def quantile(q: float, metric: str, by: str, selector: str = CALL) -> str:
-    return f"histogram_quantile({q}, sum by (le, {by}) (rate({metric}_bucket{{{selector}}}[{RI}])))"
-
-
-def quantile_targets(metric: str, by: str, legend: str, selector: str = CALL) -> list[dict[str, Any]]:
-    return [
-        target(quantile(q, metric, by, selector), f"p{round(q * 100)} {legend}", exemplar=True)
-        for q in (0.5, 0.95, 0.99)
-    ]
+def quantile(q: float, metric: str, by: str, selector: str = CALL, window: str = RI) -> str:
+    return f"histogram_quantile({q}, sum by (le, {by}) (rate({metric}_bucket{{{selector}}}[{window}])))"
 
 
 def mean(metric: str, by: str, selector: str = CALL) -> str:
@@ -94,10 +247,31 @@ def mean(metric: str, by: str, selector: str = CALL) -> str:
     )
 
 
+def by_ref(ref: str, **props: Any) -> dict[str, Any]:
+    """An override of the fields one query (refId) returned."""
+    return {
+        "matcher": {"id": "byFrameRefID", "options": ref},
+        "properties": [{"id": key, "value": value} for key, value in props.items()],
+    }
+
+
+def by_name(name: str, **props: Any) -> dict[str, Any]:
+    return {
+        "matcher": {"id": "byName", "options": name},
+        "properties": [{"id": key, "value": value} for key, value in props.items()],
+    }
+
+
+def dashed(ref: str) -> dict[str, Any]:
+    """Draw one query's series dashed: the second of two series of one model (a target, a p95)."""
+    return by_ref(ref, **{"custom.lineStyle": {"fill": "dash", "dash": [10, 10]}})
+
+
 class Layout:
     """Places panels left to right in a 24-column grid and numbers them."""
 
-    def __init__(self) -> None:
+    def __init__(self, min_interval: str) -> None:
+        self.min_interval = min_interval
         self.panels: list[dict[str, Any]] = []
         self.x = 0
         self.y = 0
@@ -113,10 +287,23 @@ class Layout:
         self.x += w
         self.row_h = max(self.row_h, h)
 
-    def row(self, title: str) -> None:
+    def _query_panel(self, kind: str, title: str, description: str, targets: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "type": kind,
+            "title": title,
+            "description": description,
+            "datasource": PROMETHEUS,
+            "interval": self.min_interval,
+            "targets": _ref_ids(targets),
+        }
+
+    def row(self, title: str, *, repeat: str | None = None) -> None:
         if self.x:
             self.x, self.y, self.row_h = 0, self.y + self.row_h, 0
-        self._place({"type": "row", "title": title, "collapsed": False, "panels": []}, 24, 1)
+        row: dict[str, Any] = {"type": "row", "title": title, "collapsed": False, "panels": []}
+        if repeat:
+            row["repeat"] = repeat
+        self._place(row, 24, 1)
         self.x, self.y, self.row_h = 0, self.y + 1, 0
 
     def timeseries(
@@ -130,71 +317,137 @@ class Layout:
         h: int = 9,
         stack: bool = False,
         max_value: float | None = None,
+        overrides: list[dict[str, Any]] | None = None,
+        threshold_line: dict[str, Any] | None = None,
     ) -> None:
+        custom: dict[str, Any] = {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 20 if stack else 0,
+            "showPoints": "never",
+            # A gap is an outage or an idle period: never draw a line across it.
+            "spanNulls": False,
+            "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+            "thresholdsStyle": {"mode": "line" if threshold_line else "off"},
+        }
         defaults: dict[str, Any] = {
             "unit": unit,
-            "custom": {
-                "drawStyle": "line",
-                "lineWidth": 1,
-                "fillOpacity": 20 if stack else 0,
-                "showPoints": "never",
-                "spanNulls": True,
-                "stacking": {"mode": "normal" if stack else "none", "group": "A"},
-            },
+            # One colour per series name, the same on every panel: a model keeps its colour.
+            "color": {"mode": "palette-classic-by-name"},
+            "custom": custom,
+            "thresholds": threshold_line or NEUTRAL,
         }
         if max_value is not None:
             defaults["min"] = 0
             defaults["max"] = max_value
-        panel = {
-            "type": "timeseries",
-            "title": title,
-            "description": description,
-            "datasource": PROMETHEUS,
-            "fieldConfig": {"defaults": defaults, "overrides": []},
-            "options": {
-                "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "max"]},
-                "tooltip": {"mode": "multi", "sort": "desc"},
-            },
-            "targets": _ref_ids(targets),
+        panel = self._query_panel("timeseries", title, description, targets)
+        panel["fieldConfig"] = {"defaults": defaults, "overrides": overrides or []}
+        panel["options"] = {
+            "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "max"]},
+            "tooltip": {"mode": "multi", "sort": "desc"},
         }
         self._place(panel, w, h)
+
+    def quantiles(self, title: str, metric: str, *, selector: str, description: str, w: int = 8) -> None:
+        """p50 / p95 / p99 of one model (a repeated row): one colour per quantile, the same everywhere."""
+        targets = [
+            target(quantile(q, metric, BY_MODEL, selector), f"p{round(q * 100)} {MODEL}", exemplar=True)
+            for q in QUANTILE_COLORS
+        ]
+        overrides = [
+            by_ref(chr(ord("A") + i), color={"mode": "fixed", "fixedColor": color})
+            for i, color in enumerate(QUANTILE_COLORS.values())
+        ]
+        self.timeseries(title, targets, unit="s", description=description, w=w, overrides=overrides)
 
     def heatmap(self, title: str, expr: str, *, description: str, w: int = 12, h: int = 9) -> None:
-        panel = {
-            "type": "heatmap",
-            "title": title,
-            "description": description,
-            "datasource": PROMETHEUS,
-            "fieldConfig": {"defaults": {}, "overrides": []},
-            "options": {
-                "calculate": False,
-                "cellGap": 1,
-                "color": {"mode": "scheme", "scheme": "Oranges", "exponent": 0.5, "steps": 64},
-                "exemplars": {"color": "rgba(255,0,255,0.7)"},
-                "legend": {"show": True},
-                "rowsFrame": {"layout": "auto"},
-                "tooltip": {"mode": "single", "yHistogram": True},
-                "yAxis": {"unit": "s"},
-            },
-            "targets": _ref_ids([target(expr, "{{le}}", exemplar=True, heatmap=True)]),
+        panel = self._query_panel("heatmap", title, description, [target(expr, "{{le}}", exemplar=True, heatmap=True)])
+        panel["fieldConfig"] = {"defaults": {"unit": "reqps"}, "overrides": []}
+        panel["options"] = {
+            "calculate": False,
+            "cellGap": 1,
+            "cellValues": {"unit": "reqps"},
+            "color": {"mode": "scheme", "scheme": "Oranges", "exponent": 0.5, "steps": 64},
+            "exemplars": {"color": "rgba(255,0,255,0.7)"},
+            "legend": {"show": True},
+            "rowsFrame": {"layout": "auto"},
+            "tooltip": {"mode": "single", "yHistogram": True},
+            "yAxis": {"unit": "s"},
         }
         self._place(panel, w, h)
 
-    def stat(self, title: str, expr: str, *, unit: str, description: str, w: int = 4, h: int = 4) -> None:
-        panel = {
-            "type": "stat",
-            "title": title,
-            "description": description,
-            "datasource": PROMETHEUS,
-            "fieldConfig": {"defaults": {"unit": unit, "decimals": 2}, "overrides": []},
-            "options": {
-                "colorMode": "value",
-                "graphMode": "area",
-                "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                "textMode": "auto",
+    def stat(
+        self,
+        title: str,
+        targets: list[dict[str, Any]],
+        *,
+        unit: str,
+        description: str,
+        thresholds: dict[str, Any],
+        overrides: list[dict[str, Any]] | None = None,
+        w: int = 4,
+        h: int = 4,
+    ) -> None:
+        neutral = thresholds is NEUTRAL and not overrides
+        panel = self._query_panel("stat", title, description, targets)
+        panel["fieldConfig"] = {
+            "defaults": {
+                "unit": unit,
+                "decimals": 2,
+                "color": {"mode": "thresholds"},
+                "thresholds": thresholds,
             },
-            "targets": _ref_ids([target(expr)]),
+            "overrides": overrides or [],
         }
+        panel["options"] = {
+            "colorMode": "none" if neutral else "background",
+            "graphMode": "none",
+            "justifyMode": "auto",
+            "orientation": "auto",
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "textMode": "value_and_name" if len(targets) > 1 else "value",
+        }
+        self._place(panel, w, h)
+
+    def table(
+        self,
+        title: str,
+        targets: list[dict[str, Any]],
+        *,
+        columns: dict[str, str],
+        overrides: list[dict[str, Any]],
+        description: str,
+        sort_by: str,
+        w: int = 24,
+        h: int = 8,
+    ) -> None:
+        """Instant queries in table format, merged into one row per label set (Grafana's merge)."""
+        panel = self._query_panel("table", title, description, targets)
+        panel["fieldConfig"] = {
+            "defaults": {
+                "color": {"mode": "thresholds"},
+                "thresholds": NEUTRAL,
+                "custom": {"align": "auto", "cellOptions": {"type": "auto"}},
+            },
+            "overrides": overrides,
+        }
+        panel["options"] = {
+            "showHeader": True,
+            "cellHeight": "sm",
+            "footer": {"show": False, "reducer": ["sum"], "fields": "", "countRows": False},
+            "sortBy": [{"displayName": sort_by, "desc": True}],
+        }
+        panel["transformations"] = [
+            {"id": "merge", "options": {}},
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {"Time": True},
+                    "indexByName": {name: i for i, name in enumerate(columns)},
+                    "renameByName": columns,
+                },
+            },
+        ]
         self._place(panel, w, h)
 
     def alert_list(self, title: str, *, description: str, w: int = 12, h: int = 9) -> None:
@@ -219,6 +472,23 @@ def _ref_ids(targets: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**t, "refId": chr(ord("A") + i)} for i, t in enumerate(targets)]
 
 
+def datasource_variable(name: str, label: str, plugin: str, default_uid: str) -> dict[str, Any]:
+    """Pick a datasource of one type; the stack's provisioned uid is only the first choice."""
+    return {
+        "name": name,
+        "label": label,
+        "type": "datasource",
+        "query": plugin,
+        "regex": "",
+        "refresh": 1,
+        "includeAll": False,
+        "multi": False,
+        "hide": 0,
+        "current": {"selected": True, "text": default_uid, "value": default_uid},
+        "options": [],
+    }
+
+
 def query_variable(name: str, label: str, query: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -236,21 +506,9 @@ def query_variable(name: str, label: str, query: str) -> dict[str, Any]:
     }
 
 
-def custom_variable(name: str, label: str, values: tuple[str, ...], default: str, description: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "label": label,
-        "description": description,
-        "type": "custom",
-        "query": ",".join(values),
-        "current": {"selected": True, "text": default, "value": default},
-        "options": [{"selected": v == default, "text": v, "value": v} for v in values],
-        "includeAll": False,
-        "multi": False,
-    }
-
-
+DATASOURCE_VARIABLE = datasource_variable("datasource", "Prometheus", "prometheus", "prometheus")
 CALL_VARIABLES = [
+    DATASOURCE_VARIABLE,
     query_variable("provider", "Provider", f"label_values({DURATION}_count, gen_ai_provider_name)"),
     query_variable(
         "model", "Model", f'label_values({DURATION}_count{{gen_ai_provider_name=~"$provider"}}, gen_ai_request_model)'
@@ -294,171 +552,284 @@ def dashboard(
 # -- 1. LLM latency overview -------------------------------------------------------------------
 
 
-def latency_overview() -> dict[str, Any]:
-    lay = Layout()
-    by_model = "gen_ai_provider_name, gen_ai_request_model"
-    lay.stat(
-        "Calls per second",
-        f"sum(rate({DURATION}_count{{{CALL}}}[{RI}]))",
-        unit="reqps",
-        description="Every instrumented LLM call, streamed or not, failed or not.",
+def summary_table(lay: Layout, targets: Sequence[Target], error_limit: float) -> None:
+    """Per provider/model over the picked range: the first question, which model is slow or failing."""
+    calls = f"sum by ({BY_MODEL}) (rate({DURATION}_count{{{CALL}}}[{RANGE}]))"
+
+    def q(qq: float, metric: str, selector: str = CALL) -> str:
+        # ">= 0" drops the NaN of a model without such calls: an empty cell, not "NaN".
+        return f"{quantile(qq, metric, BY_MODEL, selector, RANGE)} >= 0"
+
+    def share(part: str, whole: str) -> str:
+        # "or 0 * whole": 0, not an empty cell, for a model with calls and none of the part.
+        return f"({part} or 0 * {whole}) / {whole}"
+
+    errors = f'sum by ({BY_MODEL}) (rate({DURATION}_count{{{CALL}, error_type!=""}}[{RANGE}]))'
+    cached = f"sum by ({BY_MODEL}) (rate({CACHE_READ}{{{CALL}}}[{RANGE}]))"
+    inputs = f"sum by ({BY_MODEL}) (rate({INPUT}{{{CALL}}}[{RANGE}]))"
+    ok = f'{CALL}, error_type=""'
+    queries = [
+        ("Calls/s", calls, "reqps", NEUTRAL),
+        ("Errors", share(errors, calls), "percentunit", thresholds_over(error_limit)),
+        ("TTFT p50", q(0.5, TTFT), "s", NEUTRAL),
+        ("TTFT p95", q(0.95, TTFT), "s", _default_threshold(targets, "ttft", 0.95)),
+        ("TPOT p95", q(0.95, TPOT), "s", NEUTRAL),
+        ("End-to-end p95", q(0.95, DURATION, ok), "s", NEUTRAL),
+        ("End-to-end p99", q(0.99, DURATION, ok), "s", _default_threshold(targets, "e2e", 0.99)),
+        ("Cache hits", share(cached, inputs), "percentunit", NEUTRAL),
+    ]
+    columns = {"gen_ai_provider_name": "Provider", "gen_ai_request_model": "Model"}
+    overrides = []
+    for i, (name, _, unit, limits) in enumerate(queries):
+        value = f"Value #{chr(ord('A') + i)}"
+        columns[value] = name
+        props: dict[str, Any] = {"unit": unit, "decimals": 3 if unit == "s" else 2, "thresholds": limits}
+        if limits is not NEUTRAL:
+            props["custom.cellOptions"] = {"type": "color-text"}
+        overrides.append(by_name(value, **props))
+    default_ttft = _default_target(targets, "ttft", 0.95)
+    default_e2e = _default_target(targets, "e2e", 0.99)
+    lay.table(
+        "Summary by provider and model, over the selected time range",
+        [target(expr, name, instant=True, table=True) for name, expr, _, _ in queries],
+        columns=columns,
+        overrides=overrides,
+        sort_by="Calls/s",
+        description="One row per provider and model, over the time range picked at the top (instant queries over "
+        "$__range). Errors: failed calls / calls. TTFT: time to first token of streamed calls. TPOT: time per "
+        "output token. End-to-end: successful calls, SDK call to last byte. Cache hits: cached input tokens / input "
+        f"tokens. Red: errors over {error_limit:.0%} (alerts.yml), TTFT p95 over {seconds_text(default_ttft)} or "
+        f"end-to-end p99 over {seconds_text(default_e2e)} (the default targets of prometheus/rules/targets.yml; the "
+        "SLO row below holds each traffic class to its own).",
     )
-    lay.stat(
-        "Error ratio",
-        f'sum(rate({DURATION}_count{{{CALL}, error_type!=""}}[{RI}]) or vector(0))'
-        f" / sum(rate({DURATION}_count{{{CALL}}}[{RI}]))",
-        unit="percentunit",
-        description="Share of calls that raised (error.type set).",
+
+
+def _default_target(targets: Sequence[Target], signal: str, q: float) -> float:
+    return next(t.seconds[""] for t in targets if t.signal == signal and t.quantile == q)
+
+
+def _default_threshold(targets: Sequence[Target], signal: str, q: float) -> dict[str, Any]:
+    return thresholds_over(_default_target(targets, signal, q))
+
+
+def slo_expr(t: Target, traffic_class: str, named: Sequence[str], window: str) -> str:
+    """Share of calls of a class under the class's target. End-to-end: a failed call never meets it."""
+    metric, buckets = HISTOGRAMS[t.signal]
+    selector = f"{CALL}, {class_selector(traffic_class, named)}"
+    le = le_matcher(slo_bound(t.for_class(traffic_class), buckets, f"{t.record} ({class_title(traffic_class)})"))
+    good = f'{selector}, error_type=""' if t.signal == "e2e" else selector
+    return (
+        f"(sum(rate({metric}_bucket{{{good}, {le}}}[{window}])) or vector(0))"
+        f" / sum(rate({metric}_count{{{selector}}}[{window}]))"
     )
-    lay.stat(
-        "TTFT p95",
-        f"histogram_quantile(0.95, sum by (le) (rate({TTFT}_bucket{{{CALL}}}[{RI}])))",
-        unit="s",
-        description="Time to first token: SDK call to the first streamed chunk carrying output.",
-    )
-    lay.stat(
-        "Time per output token p95",
-        f"histogram_quantile(0.95, sum by (le) (rate({TPOT}_bucket{{{CALL}}}[{RI}])))",
-        unit="s",
-        description="Decode time per output token after the first.",
-    )
-    lay.stat(
-        "End-to-end p99",
-        f'histogram_quantile(0.99, sum by (le) (rate({DURATION}_bucket{{{CALL}, error_type=""}}[{RI}])))',
-        unit="s",
-        description="SDK call to the last byte, successful calls.",
-    )
-    lay.stat(
-        "Prompt-cache hit ratio",
-        f"sum(rate({CACHE_READ}{{{CALL}}}[{RI}])) / sum(rate({INPUT}{{{CALL}}}[{RI}]))",
-        unit="percentunit",
-        description="Cached input tokens / input tokens.",
-    )
+
+
+def slo_under(t: Target, traffic_class: str) -> str:
+    """ "≤ 1 s", or "≤ 10.24 s (target 20 s)" when the target is not a bucket bound."""
+    seconds = t.for_class(traffic_class)
+    bound = slo_bound(seconds, HISTOGRAMS[t.signal][1], t.record)
+    if bound == seconds:
+        return f"≤ {seconds_text(seconds)}"
+    return f"≤ {seconds_text(bound)} (target {seconds_text(seconds)})"
+
+
+def slo_label(t: Target, traffic_class: str) -> str:
+    what = "TTFT" if t.signal == "ttft" else "end-to-end, succeeded,"
+    return f"{what} {slo_under(t, traffic_class)} (objective {t.quantile:.0%})"
+
+
+def slo_rows(lay: Layout, targets: Sequence[Target]) -> None:
+    named = traffic_classes(targets)
+    lay.row("SLOs by traffic class: targets from prometheus/rules/targets.yml")
+    w = max(24 // len(named), 4)
+    for traffic_class in named:
+        queries = [
+            target(slo_expr(t, traffic_class, named, RANGE), slo_label(t, traffic_class), instant=True) for t in targets
+        ]
+        overrides = [by_ref(chr(ord("A") + i), thresholds=thresholds_under(t.quantile)) for i, t in enumerate(targets)]
+        lay.stat(
+            class_title(traffic_class),
+            queries,
+            unit="percentunit",
+            thresholds=thresholds_under(targets[0].quantile),
+            overrides=overrides,
+            w=w,
+            h=6,
+            description=(
+                f"Calls of traffic class {traffic_class}" if traffic_class else "Calls outside the classes listed"
+            )
+            + ", over the selected range: the share under each target of prometheus/rules/targets.yml. A p95 target "
+            "is met when 95% of the calls are under it (green), the alert's own condition. End-to-end counts failed "
+            "calls as misses, however fast they failed.",
+        )
+    for t in targets:
+        lay.timeseries(
+            f"{'TTFT' if t.signal == 'ttft' else 'End-to-end'} under its p{round(t.quantile * 100)} target, by class",
+            [target(slo_expr(t, c, named, RI), f"{class_title(c)} {slo_under(t, c)}") for c in named],
+            unit="percentunit",
+            max_value=1,
+            w=24 // len(targets),
+            threshold_line=thresholds_under(t.quantile),
+            description=f"Share of calls under the class's target of {t.record} (the line: the {t.quantile:.0%} "
+            "objective)." + (" Failed calls count as misses." if t.signal == "e2e" else ""),
+        )
+
+
+def latency_overview(min_interval: str) -> dict[str, Any]:
+    targets = load_targets()
+    error_limit = load_error_ratio_limit()
+    lay = Layout(min_interval)
+    summary_table(lay, targets, error_limit)
+    slo_rows(lay, targets)
+
+    lay.row("Calls and errors")
     lay.timeseries(
         "Calls per second by model",
-        [target(f"sum by ({by_model}) (rate({DURATION}_count{{{CALL}}}[{RI}]))", "{{gen_ai_request_model}}")],
+        [target(f"sum by ({BY_MODEL}) (rate({DURATION}_count{{{CALL}}}[{RI}]))", MODEL)],
         unit="reqps",
+        w=8,
         description="Instrumented LLM calls per second, by provider and model.",
+    )
+    lay.timeseries(
+        "Error ratio by model",
+        [
+            target(
+                f'(sum by ({BY_MODEL}) (rate({DURATION}_count{{{CALL}, error_type!=""}}[{RI}]))'
+                f" or 0 * sum by ({BY_MODEL}) (rate({DURATION}_count{{{CALL}}}[{RI}])))"
+                f" / sum by ({BY_MODEL}) (rate({DURATION}_count{{{CALL}}}[{RI}]))",
+                MODEL,
+            )
+        ],
+        unit="percentunit",
+        w=8,
+        threshold_line=thresholds_over(error_limit),
+        description=f"Failed calls / calls. The line: {error_limit:.0%}, where LLMErrorRatioHigh fires "
+        "(over 5 minutes).",
     )
     lay.timeseries(
         "Errors per second by model and error type",
         [
             target(
-                f'sum by (gen_ai_request_model, error_type) (rate({DURATION}_count{{{CALL}, error_type!=""}}[{RI}]))',
-                "{{gen_ai_request_model}} {{error_type}}",
+                f'sum by ({BY_MODEL}, error_type) (rate({DURATION}_count{{{CALL}, error_type!=""}}[{RI}]))',
+                f"{MODEL} {{{{error_type}}}}",
             )
         ],
         unit="reqps",
+        w=8,
         description="Failed calls by the exception's class name (error.type). Retries inside the SDK are one call.",
     )
 
-    lay.row("Time to first token")
+    lay.row("Latency by model (p95)")
     lay.timeseries(
-        "Time to first token p50 / p95 / p99",
-        quantile_targets(TTFT, by_model, "{{gen_ai_request_model}}"),
+        "Time to first token p95 by model",
+        [target(quantile(0.95, TTFT, BY_MODEL), MODEL, exemplar=True)],
         unit="s",
-        description="SDK call to the first chunk carrying output (streamed calls). Exemplar dots open the trace.",
+        w=8,
+        description="SDK call to the first chunk carrying output (streamed calls). A model has the same colour on "
+        "every panel. Exemplar dots open the trace.",
+    )
+    lay.timeseries(
+        "Time per output token p95 by model",
+        [target(quantile(0.95, TPOT, BY_MODEL), MODEL, exemplar=True)],
+        unit="s",
+        w=8,
+        description="(last token - first token) / (output tokens - 1), streamed calls with two or more tokens.",
+    )
+    lay.timeseries(
+        "End-to-end p95 by model (successful calls)",
+        [target(quantile(0.95, DURATION, BY_MODEL, f'{CALL}, error_type=""'), MODEL, exemplar=True)],
+        unit="s",
+        w=8,
+        description="SDK call to the last byte or the end of the stream, successful calls.",
     )
     lay.heatmap(
         "Time to first token heatmap",
-        f"sum by (le) (increase({TTFT}_bucket{{{CALL}}}[{RI}]))",
-        description="Calls per TTFT bucket over time. Click an exemplar in a slow cell to open that call's trace.",
+        f"sum by (le) (rate({TTFT}_bucket{{{CALL}}}[{RI}]))",
+        description="Calls per second in each TTFT bucket. Click an exemplar in a slow cell to open that call's trace.",
+    )
+    lay.heatmap(
+        "End-to-end heatmap",
+        f"sum by (le) (rate({DURATION}_bucket{{{CALL}}}[{RI}]))",
+        description="Calls per second in each end-to-end bucket, failed calls included. Exemplars open the trace.",
     )
     lay.timeseries(
         "Time to first chunk vs first token (p95)",
         [
-            target(quantile(0.95, TTFC, by_model), "first chunk {{gen_ai_request_model}}", exemplar=True),
-            target(quantile(0.95, TTFT, by_model), "first token {{gen_ai_request_model}}", exemplar=True),
+            target(quantile(0.95, TTFC, BY_MODEL), f"first chunk {MODEL}", exemplar=True),
+            target(quantile(0.95, TTFT, BY_MODEL), f"first token {MODEL}", exemplar=True),
         ],
         unit="s",
+        w=8,
         description="The semantic conventions' time to first chunk counts role-only chunks; time to first token "
         "waits for generated output. A gap between them is a provider sending empty chunks first.",
     )
     lay.timeseries(
-        "TTFT p95 as the alert sees it",
+        "TTFT p95 as the alert sees it, and its target",
         [
             target(
                 'llm:ttft_seconds:p95_5m{gen_ai_provider_name=~"$provider", gen_ai_request_model=~"$model", '
                 'firsttoken_traffic_class=~"$traffic_class"}',
-                "{{gen_ai_request_model}} {{firsttoken_traffic_class}}",
-            )
+                f"{MODEL} {{{{firsttoken_traffic_class}}}}",
+            ),
+            target(
+                'llm:target:ttft_p95_seconds{firsttoken_traffic_class=~"$traffic_class"}',
+                "target {{firsttoken_traffic_class}}",
+            ),
         ],
         unit="s",
+        w=8,
+        overrides=[dashed("B")],
         description="The recording rule llm:ttft_seconds:p95_5m (5 minute window) that LLMTimeToFirstTokenP95High "
-        "compares with prometheus/rules/targets.yml.",
-    )
-
-    lay.row("Decode and end-to-end")
-    lay.timeseries(
-        "Time per output token p50 / p95 / p99",
-        quantile_targets(TPOT, by_model, "{{gen_ai_request_model}}"),
-        unit="s",
-        description="(last token - first token) / (output tokens - 1), streamed calls with two or more tokens.",
-    )
-    lay.timeseries(
-        "End-to-end p50 / p95 / p99",
-        quantile_targets(DURATION, by_model, "{{gen_ai_request_model}}", f'{CALL}, error_type=""'),
-        unit="s",
-        description="SDK call to the last byte or the end of the stream, successful calls.",
-    )
-    lay.heatmap(
-        "End-to-end heatmap",
-        f"sum by (le) (increase({DURATION}_bucket{{{CALL}}}[{RI}]))",
-        description="Calls per end-to-end bucket, failed calls included. Exemplars open the trace.",
+        "compares with llm:target:ttft_p95_seconds (dashed; no class: the default target).",
     )
     lay.alert_list(
         "Firing and pending LLM alerts",
         description="Alerts from prometheus/rules/alerts.yml (names start with LLM).",
+        w=8,
     )
 
-    lay.row("SLOs by traffic class")
-    lay.timeseries(
-        "Share of calls with TTFT under $ttft_target s",
-        [
-            target(
-                f'sum by (firsttoken_traffic_class) (rate({TTFT}_bucket{{{CALL}, le="$ttft_target"}}[{RI}]))'
-                f" / sum by (firsttoken_traffic_class) (rate({TTFT}_count{{{CALL}}}[{RI}]))",
-                "{{firsttoken_traffic_class}}",
-            )
-        ],
-        unit="percentunit",
-        max_value=1,
-        w=8,
-        description="Streamed calls whose time to first token met the target chosen above, by traffic class "
-        "(empty class: calls outside any traffic class).",
-    )
-    lay.timeseries(
-        "Share of calls with end-to-end under $e2e_target s",
-        [
-            target(
-                f'sum by (firsttoken_traffic_class) (rate({DURATION}_bucket{{{CALL}, le="$e2e_target"}}[{RI}]))'
-                f" / sum by (firsttoken_traffic_class) (rate({DURATION}_count{{{CALL}}}[{RI}]))",
-                "{{firsttoken_traffic_class}}",
-            )
-        ],
-        unit="percentunit",
-        max_value=1,
-        w=8,
-        description="Calls (failed ones count as misses only if slow) finishing under the chosen end-to-end target.",
-    )
+    lay.row("Time to first token p95 by traffic class")
     lay.timeseries(
         "Time to first token p95 by traffic class",
-        [
-            target(
-                quantile(0.95, TTFT, "firsttoken_traffic_class"),
-                "{{firsttoken_traffic_class}}",
-                exemplar=True,
-            )
-        ],
+        [target(quantile(0.95, TTFT, "firsttoken_traffic_class"), "{{firsttoken_traffic_class}}", exemplar=True)],
         unit="s",
-        w=8,
+        w=24,
+        h=7,
         description="Interactive traffic is held to a tighter target than batch (prometheus/rules/targets.yml).",
+    )
+
+    lay.row("$model: p50 / p95 / p99", repeat="model")
+    lay.quantiles(
+        "Time to first token p50 / p95 / p99",
+        TTFT,
+        selector=CALL,
+        description="One model (this row repeats per model picked at the top): green p50, orange p95, red p99. "
+        "Exemplar dots open the trace.",
+    )
+    lay.quantiles(
+        "Time per output token p50 / p95 / p99",
+        TPOT,
+        selector=CALL,
+        description="Decode time per output token after the first: green p50, orange p95, red p99.",
+    )
+    lay.quantiles(
+        "End-to-end p50 / p95 / p99 (successful calls)",
+        DURATION,
+        selector=f'{CALL}, error_type=""',
+        description="SDK call to the last byte or the end of the stream: green p50, orange p95, red p99.",
     )
 
     lay.row("Application end-to-end")
     lay.timeseries(
         "User action p50 / p95 / p99",
-        quantile_targets(ACTION, "firsttoken_action_name", "{{firsttoken_action_name}}", CLASS),
+        [
+            target(
+                quantile(q, ACTION, "firsttoken_action_name", CLASS),
+                f"p{round(q * 100)} {{{{firsttoken_action_name}}}}",
+                exemplar=True,
+            )
+            for q in QUANTILE_COLORS
+        ],
         unit="s",
         description="firsttoken.action(): from the user's action to the rendered result, LLM calls and app work.",
     )
@@ -499,54 +870,39 @@ def latency_overview() -> dict[str, Any]:
         unit="reqps",
         description="Completed user actions by name and traffic class.",
     )
-    variables = [
-        *CALL_VARIABLES,
-        custom_variable(
-            "ttft_target", "TTFT target (s)", TTFT_TARGETS, "1", "A bucket bound of the time-to-first-token histogram"
-        ),
-        custom_variable(
-            "e2e_target", "End-to-end target (s)", E2E_TARGETS, "10.24", "A bucket bound of the duration histogram"
-        ),
-    ]
     return dashboard(
         "firsttoken-latency",
         "LLM latency overview",
-        "Time to first token, time per output token and end-to-end latency of every instrumented LLM call, with "
-        "exemplars linking to the traces in Tempo.",
+        "Which provider and model is slow or failing, on which signal: a summary table, SLOs by traffic class, then "
+        "time to first token, time per output token and end-to-end latency, with exemplars linking to the traces "
+        "in Tempo.",
         lay,
-        variables,
+        list(CALL_VARIABLES),
     )
 
 
 # -- 2. Where the time goes --------------------------------------------------------------------
 
 
-def where_the_time_goes() -> dict[str, Any]:
-    lay = Layout()
+def where_the_time_goes(min_interval: str) -> dict[str, Any]:
+    lay = Layout(min_interval)
     streamed = f'{CALL}, gen_ai_request_stream="true", error_type=""'
     lay.timeseries(
         "Streamed call: waiting vs generating (mean)",
         [
-            target(mean(TTFT, "gen_ai_request_model"), "to first token {{gen_ai_request_model}}"),
-            target(
-                f"{mean(DURATION, 'gen_ai_request_model', streamed)} - {mean(TTFT, 'gen_ai_request_model')}",
-                "first token to end {{gen_ai_request_model}}",
-            ),
+            target(mean(TTFT, BY_MODEL), f"to first token {MODEL}"),
+            target(f"{mean(DURATION, BY_MODEL, streamed)} - {mean(TTFT, BY_MODEL)}", f"first token to end {MODEL}"),
         ],
         unit="s",
-        stack=True,
-        description="Mean seconds per streamed call spent before the first token (connection, upload, queue, "
-        "prefill) and after it (decode, trailing usage chunk).",
+        overrides=[dashed("B")],
+        description="Mean seconds per streamed call before the first token (solid: connection, upload, queue, "
+        "prefill) and after it (dashed: decode, trailing usage chunk), per provider and model.",
     )
     lay.timeseries(
         "Decode speed p50 (output tokens per second)",
-        [
-            target(
-                f"1 / {quantile(0.5, TPOT, 'gen_ai_provider_name, gen_ai_request_model')}",
-                "{{gen_ai_request_model}}",
-            )
-        ],
-        unit="none",
+        [target(f"1 / {quantile(0.5, TPOT, BY_MODEL)}", MODEL)],
+        unit=TOKENS_PER_S,
+        w=6,
         description="1 / median time per output token.",
     )
     lay.timeseries(
@@ -559,6 +915,7 @@ def where_the_time_goes() -> dict[str, Any]:
             )
         ],
         unit="none",
+        w=6,
         description="A new client has a new connection pool: every call pays DNS, TCP and TLS again. Near 100 means "
         "a client per call; create one client and reuse it.",
     )
@@ -577,7 +934,8 @@ def where_the_time_goes() -> dict[str, Any]:
         stack=True,
         description="The phases tile each call (prepare, pool wait, DNS, TCP connect, TLS handshake, upload, "
         "server wait, download or first token and decode, retry waits, finish); stacked, they add up to the mean "
-        "end-to-end. Setup phases only occur on new connections, so their mean is their cost spread over all calls.",
+        "end-to-end of the calls selected at the top (pick one model to see that model's). Setup phases only "
+        "occur on new connections, so their mean is their cost spread over all calls.",
     )
     lay.timeseries(
         "Phase p95",
@@ -597,50 +955,56 @@ def where_the_time_goes() -> dict[str, Any]:
         ],
         unit="percentunit",
         max_value=1,
-        w=8,
+        w=6,
         description="Requests sent on a pooled connection / all requests. Low: connections are not kept alive "
         "(a client per call, a proxy closing them, HTTP/1.1 with too small a pool).",
     )
     lay.timeseries(
         "Bytes on the wire per call (mean)",
         [
-            target(mean(REQUEST_BYTES, "gen_ai_request_model"), "sent {{gen_ai_request_model}}"),
-            target(mean(RESPONSE_BYTES, "gen_ai_request_model"), "received {{gen_ai_request_model}}"),
+            target(mean(REQUEST_BYTES, BY_MODEL), f"sent {MODEL}"),
+            target(mean(RESPONSE_BYTES, BY_MODEL), f"received {MODEL}"),
         ],
         unit="bytes",
-        w=8,
-        description="Request and response bodies as they crossed the wire (compressed size when compressed).",
+        w=6,
+        overrides=[dashed("B")],
+        description="Request (solid) and response (dashed) bodies as they crossed the wire (compressed size when "
+        "compressed).",
     )
     lay.timeseries(
-        "Retries and retry waits",
+        "Retries per second",
+        [target(f"sum by ({BY_MODEL}) (rate({RETRIES}{{{CALL}}}[{RI}]))", MODEL)],
+        unit="reqps",
+        w=6,
+        description="Requests the SDK sent again (429s, 5xx, dropped connections).",
+    )
+    lay.timeseries(
+        "Retry wait per call (mean)",
         [
             target(
-                f"sum by (gen_ai_request_model) (rate({RETRIES}{{{CALL}}}[{RI}]))",
-                "retries/s {{gen_ai_request_model}}",
-            ),
-            target(
-                f"sum by (gen_ai_request_model) "
-                f'(rate({WIRE_PHASE}_sum{{{CALL}, firsttoken_phase="retry_wait"}}[{RI}]))',
-                "seconds waiting/s {{gen_ai_request_model}}",
-            ),
+                f'sum by ({BY_MODEL}) (rate({WIRE_PHASE}_sum{{{CALL}, firsttoken_phase="retry_wait"}}[{RI}]))'
+                f" / sum by ({BY_MODEL}) (rate({DURATION}_count{{{CALL}}}[{RI}]))",
+                MODEL,
+            )
         ],
-        unit="none",
-        w=8,
-        description="Requests the SDK sent again (429s, 5xx, dropped connections) and the seconds per second spent "
-        "between attempts: rate-limit latency that is not model latency.",
+        unit="s",
+        w=6,
+        description="Seconds per call spent between attempts (back-off, Retry-After): rate-limit latency that is "
+        "not model latency.",
     )
     lay.timeseries(
-        "Server-reported queue vs processing (mean)",
+        "Server-reported time by phase (mean)",
         [
             target(
-                mean(SERVER_TIMING, "gen_ai_provider_name, gen_ai_request_model, firsttoken_server_timing_phase"),
-                "{{gen_ai_request_model}} {{firsttoken_server_timing_phase}}",
+                mean(SERVER_TIMING, f"{BY_MODEL}, firsttoken_server_timing_phase"),
+                f"{MODEL} {{{{firsttoken_server_timing_phase}}}}",
             )
         ],
         unit="s",
         w=24,
-        description="Where the provider reports it (OpenAI processing time, Groq and Cerebras queue/prompt/completion "
-        "times): the server wait split into queueing and processing.",
+        description="What the provider reports, never measured by the client: OpenAI's processing time "
+        "(openai-processing-ms), Groq and Cerebras queue, prompt and completion times. Compare with the server "
+        "wait phase above: the difference is the network and the provider's front end.",
     )
     return dashboard(
         "firsttoken-wire",
@@ -654,64 +1018,65 @@ def where_the_time_goes() -> dict[str, Any]:
 # -- 3. Tokens and cache -----------------------------------------------------------------------
 
 
-def tokens_and_cache() -> dict[str, Any]:
-    lay = Layout()
+def tokens_and_cache(min_interval: str) -> dict[str, Any]:
+    lay = Layout(min_interval)
     lay.stat(
         "Input tokens per second",
-        f"sum(rate({INPUT}{{{CALL}}}[{RI}]))",
-        unit="none",
+        [target(f"sum(rate({INPUT}{{{CALL}}}[{RANGE}]))", instant=True)],
+        unit=TOKENS_PER_S,
+        thresholds=NEUTRAL,
         w=6,
-        description="Cached tokens included.",
+        description="Over the selected range, cached tokens included.",
     )
     lay.stat(
         "Output tokens per second",
-        f"sum(rate({OUTPUT}{{{CALL}}}[{RI}]))",
-        unit="none",
+        [target(f"sum(rate({OUTPUT}{{{CALL}}}[{RANGE}]))", instant=True)],
+        unit=TOKENS_PER_S,
+        thresholds=NEUTRAL,
         w=6,
-        description="Reasoning tokens included.",
+        description="Over the selected range, reasoning tokens included.",
     )
     lay.stat(
         "Prompt-cache hit ratio",
-        f"sum(rate({CACHE_READ}{{{CALL}}}[{RI}])) / sum(rate({INPUT}{{{CALL}}}[{RI}]))",
+        [target(f"sum(rate({CACHE_READ}{{{CALL}}}[{RANGE}])) / sum(rate({INPUT}{{{CALL}}}[{RANGE}]))", instant=True)],
         unit="percentunit",
+        thresholds=NEUTRAL,
         w=6,
-        description="Cached input tokens / input tokens.",
+        description="Over the selected range: cached input tokens / input tokens. No fixed target: the alert "
+        "watches for a drop against an hour before (see the panels below).",
     )
     lay.stat(
         "Calls stopped by max_tokens",
-        f"sum(rate({FINISH}{{{CALL}, {CUT_OFF}}}[{RI}]) or vector(0)) / sum(rate({FINISH}{{{CALL}}}[{RI}]))",
+        [
+            target(
+                f"(sum(rate({FINISH}{{{CALL}, {CUT_OFF}}}[{RANGE}])) or vector(0))"
+                f" / sum(rate({FINISH}{{{CALL}}}[{RANGE}]))",
+                instant=True,
+            )
+        ],
         unit="percentunit",
+        thresholds=NEUTRAL,
         w=6,
-        description="Finish reason length (OpenAI) or max_tokens (Anthropic): the answer was cut off.",
+        description="Over the selected range: finish reason length (OpenAI) or max_tokens (Anthropic), the answer "
+        "was cut off.",
     )
     lay.timeseries(
         "Input tokens per second by model",
         [
-            target(f"sum by (gen_ai_request_model) (rate({INPUT}{{{CALL}}}[{RI}]))", "input {{gen_ai_request_model}}"),
-            target(
-                f"sum by (gen_ai_request_model) (rate({CACHE_READ}{{{CALL}}}[{RI}]))",
-                "cache read {{gen_ai_request_model}}",
-            ),
-            target(
-                f"sum by (gen_ai_request_model) (rate({CACHE_CREATION}{{{CALL}}}[{RI}]))",
-                "cache write {{gen_ai_request_model}}",
-            ),
+            target(f"sum by ({BY_MODEL}) (rate({INPUT}{{{CALL}}}[{RI}]))", f"input {MODEL}"),
+            target(f"sum by ({BY_MODEL}) (rate({CACHE_READ}{{{CALL}}}[{RI}]))", f"cache read {MODEL}"),
+            target(f"sum by ({BY_MODEL}) (rate({CACHE_CREATION}{{{CALL}}}[{RI}]))", f"cache write {MODEL}"),
         ],
-        unit="none",
+        unit=TOKENS_PER_S,
         description="Input tokens (cached included), of which read from and written to the provider's prompt cache.",
     )
     lay.timeseries(
         "Output tokens per second by model",
         [
-            target(
-                f"sum by (gen_ai_request_model) (rate({OUTPUT}{{{CALL}}}[{RI}]))", "output {{gen_ai_request_model}}"
-            ),
-            target(
-                f"sum by (gen_ai_request_model) (rate({REASONING}{{{CALL}}}[{RI}]))",
-                "reasoning {{gen_ai_request_model}}",
-            ),
+            target(f"sum by ({BY_MODEL}) (rate({OUTPUT}{{{CALL}}}[{RI}]))", f"output {MODEL}"),
+            target(f"sum by ({BY_MODEL}) (rate({REASONING}{{{CALL}}}[{RI}]))", f"reasoning {MODEL}"),
         ],
-        unit="none",
+        unit=TOKENS_PER_S,
         description="Output tokens (reasoning included) and the reasoning part alone.",
     )
 
@@ -720,67 +1085,71 @@ def tokens_and_cache() -> dict[str, Any]:
         "Prompt-cache hit ratio by model",
         [
             target(
-                f"sum by (gen_ai_provider_name, gen_ai_request_model) (rate({CACHE_READ}{{{CALL}}}[{RI}]))"
-                f" / sum by (gen_ai_provider_name, gen_ai_request_model) (rate({INPUT}{{{CALL}}}[{RI}]))",
-                "{{gen_ai_request_model}}",
+                f"sum by ({BY_MODEL}) (rate({CACHE_READ}{{{CALL}}}[{RI}]))"
+                f" / sum by ({BY_MODEL}) (rate({INPUT}{{{CALL}}}[{RI}]))",
+                MODEL,
             ),
             target(
                 'llm:cache_hit_ratio:ratio_rate15m{gen_ai_provider_name=~"$provider", gen_ai_request_model=~"$model"}',
-                "15m, as the alert sees it: {{gen_ai_request_model}}",
+                f"15m, as the alert sees it: {MODEL}",
             ),
         ],
         unit="percentunit",
         max_value=1,
+        overrides=[dashed("B")],
         description="Cached input tokens / input tokens. LLMPromptCacheHitRatioDrop fires when the 15 minute ratio "
-        "falls under half of what it was an hour before.",
+        "(dashed) falls under half of what it was an hour before.",
     )
     lay.timeseries(
-        "Prompt-cache hit ratio by prompt prefix (top 10 by input)",
+        "Prompt-cache hit ratio by prompt prefix (top 10 by input over the range)",
         [
             target(
                 f"(sum by ({PREFIX_BY}) (rate({PREFIX_CACHE_READ}{{{CALL}}}[{RI}]))"
                 f" / sum by ({PREFIX_BY}) (rate({PREFIX_INPUT}{{{CALL}}}[{RI}])))"
-                f" and on ({PREFIX_BY}) topk(10, sum by ({PREFIX_BY}) (rate({PREFIX_INPUT}{{{CALL}}}[{RI}])))",
-                "{{gen_ai_request_model}} {{firsttoken_prompt_prefix_hash}}",
+                f" and on ({PREFIX_BY})"
+                f" topk(10, sum by ({PREFIX_BY}) (increase({PREFIX_INPUT}{{{CALL}}}[{RANGE}] @ end())))",
+                f"{MODEL} {{{{firsttoken_prompt_prefix_hash}}}}",
             )
         ],
         unit="percentunit",
         max_value=1,
         description="firsttoken.prompt.prefix_hash is a short hash of the stable prompt prefix (system instructions, "
-        "tools). A new hash with a low hit ratio is a prompt change that broke the cache.",
+        "tools). The ten prefixes with the most input tokens over the whole selected range (the same ten at every "
+        "point). A new hash with a low hit ratio is a prompt change that broke the cache.",
     )
     lay.timeseries(
         "Input tokens per call p50 / p95",
         [
             target(
-                f"histogram_quantile({q}, sum by (le, gen_ai_request_model) "
-                f'(rate({TOKEN_USAGE}_bucket{{{CALL}, gen_ai_token_type="input"}}[{RI}])))',
-                f"p{round(q * 100)} {{{{gen_ai_request_model}}}}",
+                quantile(q, TOKEN_USAGE, BY_MODEL, f'{CALL}, gen_ai_token_type="input"'),
+                f"p{round(q * 100)} {MODEL}",
             )
             for q in (0.5, 0.95)
         ],
-        unit="none",
-        description="gen_ai.client.token.usage, input. Token buckets grow by 4x, so percentiles are coarse.",
+        unit=TOKENS,
+        overrides=[dashed("B")],
+        description="gen_ai.client.token.usage, input: p50 solid, p95 dashed. Token buckets grow by 4x, so "
+        "percentiles are coarse.",
     )
     lay.timeseries(
         "Output tokens per call p50 / p95",
         [
             target(
-                f"histogram_quantile({q}, sum by (le, gen_ai_request_model) "
-                f'(rate({TOKEN_USAGE}_bucket{{{CALL}, gen_ai_token_type="output"}}[{RI}])))',
-                f"p{round(q * 100)} {{{{gen_ai_request_model}}}}",
+                quantile(q, TOKEN_USAGE, BY_MODEL, f'{CALL}, gen_ai_token_type="output"'),
+                f"p{round(q * 100)} {MODEL}",
             )
             for q in (0.5, 0.95)
         ],
-        unit="none",
-        description="gen_ai.client.token.usage, output.",
+        unit=TOKENS,
+        overrides=[dashed("B")],
+        description="gen_ai.client.token.usage, output: p50 solid, p95 dashed.",
     )
 
     lay.row("Context growth and stops")
     lay.timeseries(
         "Context growth: mean input tokens by conversation turn",
         [target(mean(CONV_INPUT, "firsttoken_conversation_turns"), "turns {{firsttoken_conversation_turns}}")],
-        unit="none",
+        unit=TOKENS,
         description="Calls inside firsttoken.conversation(), by turn bucket (1, 2-3, 4-7, ...): every turn resends "
         "the history.",
     )
@@ -800,8 +1169,8 @@ def tokens_and_cache() -> dict[str, Any]:
         "Finish reasons per second",
         [
             target(
-                f"sum by (gen_ai_request_model, gen_ai_response_finish_reason) (rate({FINISH}{{{CALL}}}[{RI}]))",
-                "{{gen_ai_request_model}} {{gen_ai_response_finish_reason}}",
+                f"sum by ({BY_MODEL}, gen_ai_response_finish_reason) (rate({FINISH}{{{CALL}}}[{RI}]))",
+                f"{MODEL} {{{{gen_ai_response_finish_reason}}}}",
             )
         ],
         unit="reqps",
@@ -811,9 +1180,10 @@ def tokens_and_cache() -> dict[str, Any]:
         "Share of calls stopped by max_tokens",
         [
             target(
-                f"sum by (gen_ai_request_model) (rate({FINISH}{{{CALL}, {CUT_OFF}}}[{RI}]))"
-                f" / sum by (gen_ai_request_model) (rate({FINISH}{{{CALL}}}[{RI}]))",
-                "{{gen_ai_request_model}}",
+                f"(sum by ({BY_MODEL}) (rate({FINISH}{{{CALL}, {CUT_OFF}}}[{RI}]))"
+                f" or 0 * sum by ({BY_MODEL}) (rate({FINISH}{{{CALL}}}[{RI}])))"
+                f" / sum by ({BY_MODEL}) (rate({FINISH}{{{CALL}}}[{RI}]))",
+                MODEL,
             )
         ],
         unit="percentunit",
@@ -838,22 +1208,33 @@ BUILDERS = {
 }
 
 
-def render() -> dict[str, str]:
-    """File name -> JSON text, exactly as committed."""
-    return {name: json.dumps(build(), indent=2) + "\n" for name, build in BUILDERS.items()}
+def render(min_interval: str = MIN_INTERVAL) -> dict[str, str]:
+    """File name -> JSON text, exactly as committed (with the default minimum interval)."""
+    return {name: json.dumps(build(min_interval), indent=2) + "\n" for name, build in BUILDERS.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed dashboard is out of date")
+    parser.add_argument(
+        "--min-interval",
+        default=MIN_INTERVAL,
+        help="every panel's minimum interval: your apps' metric export interval (default %(default)s)",
+    )
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="directory to write to (default %(default)s)")
     args = parser.parse_args(argv)
+    if not re.fullmatch(r"[1-9][0-9]*(ms|s|m|h)", args.min_interval):
+        parser.error(f"--min-interval: expected a duration such as 15s or 1m, got {args.min_interval!r}")
+    if args.check and (args.out != OUT_DIR or args.min_interval != MIN_INTERVAL):
+        parser.error("--check compares the committed files: no --out or --min-interval with it")
     stale = []
-    for name, text in render().items():
-        path = OUT_DIR / name
+    for name, text in render(args.min_interval).items():
+        path = args.out / name
         if args.check:
             if not path.exists() or path.read_text() != text:
                 stale.append(name)
         else:
+            args.out.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     if stale:
         print(f"out of date (run python {Path(__file__).relative_to(ROOT)}): {', '.join(stale)}", file=sys.stderr)

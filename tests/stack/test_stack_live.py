@@ -29,9 +29,11 @@ from stack_tools import (
     RULE_FILES,
     Prometheus,
     dashboard_queries,
+    dashboards,
     documented_series,
     family,
     need,
+    panels,
     pending_reason,
     prometheus,
     recorded_names,
@@ -126,8 +128,9 @@ def workload(server: Any, round_no: int) -> None:
                 stream=True,
             )
         )
-    if round_no == 2:
-        # One distinctly slow first token: its exemplar must lead to this very call.
+    if round_no in (0, 2):
+        # A distinctly slow first token: its exemplar must lead to such a call. Twice, so that its
+        # counters increase between scrapes (a series' first sample has no rate).
         _stream(
             client.chat.completions.create(
                 model="slow-model",
@@ -279,3 +282,41 @@ def test_the_slowest_ttft_exemplar_is_that_very_call(live: Live) -> None:
     assert span.attributes is not None
     assert span.attributes[sc.FT_TIME_TO_FIRST_TOKEN] == pytest.approx(float(slowest["value"]), abs=1e-6)
     assert float(slowest["value"]) >= 1.2
+
+
+def test_summary_table_has_one_row_per_model_called(live: Live) -> None:
+    """The overview's summary table: its instant queries, merged on provider and model as Grafana's merge
+    transformation does, give one row per provider/model that was called, every cell a number."""
+    overview = dashboards()["llm-latency-overview.json"]
+    table = next(p for p in panels(overview) if p["type"] == "table")
+    assert [t["id"] for t in table["transformations"]] == ["merge", "organize"]
+    rows: dict[tuple[str, str], dict[str, float]] = {}
+    for t in table["targets"]:
+        assert t["instant"] is True and t["format"] == "table", t["refId"]
+        assert "$__range" in t["expr"], f"{t['refId']}: not over the selected range"
+        for r in live.prom.query(substitute(t["expr"])):
+            # merge joins frames on their label columns: each query must return exactly these.
+            assert set(r["metric"]) == {"gen_ai_provider_name", "gen_ai_request_model"}, (t["refId"], r["metric"])
+            key = (r["metric"]["gen_ai_provider_name"], r["metric"]["gen_ai_request_model"])
+            assert t["legendFormat"] not in rows.get(key, {}), f"two values for {key} in {t['refId']}"
+            rows.setdefault(key, {})[t["legendFormat"]] = float(r["value"][1])
+    called = {
+        (str(s.attributes[sc.GEN_AI_PROVIDER_NAME]), str(s.attributes[sc.GEN_AI_REQUEST_MODEL]))
+        for s in live.spans
+        if s.attributes and sc.GEN_AI_PROVIDER_NAME in s.attributes and sc.GEN_AI_REQUEST_MODEL in s.attributes
+    }
+    assert len(called) == 5, called
+    assert set(rows) == called
+    columns = [t["legendFormat"] for t in table["targets"]]
+    for key, row in rows.items():
+        assert all(math.isfinite(v) for v in row.values()), (key, row)
+        # Every model here streamed, succeeded at least once and reported usage: a full row.
+        assert set(row) == set(columns), (key, set(columns) - set(row))
+        # No upper bound on cache hits: two counters born at different scrapes extrapolate differently
+        # over a window this short (a few scrapes), so their ratio may pass 1 by a little.
+        assert row["Calls/s"] > 0 and 0 <= row["Errors"] < 1 and row["Cache hits"] >= 0, (key, row)
+        assert row["TTFT p50"] <= row["TTFT p95"] and row["End-to-end p95"] <= row["End-to-end p99"], (key, row)
+    assert rows[("openai", "gpt-4o")]["Errors"] > 0  # the injected 500
+    assert rows[("openai", "gpt-4o-mini")]["Errors"] == 0  # the 429 was retried: one successful call
+    assert rows[("openai", "slow-model")]["TTFT p95"] >= 1.0  # queue_ms=1200
+    assert rows[("anthropic", "claude-sim")]["Cache hits"] > 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ def generator() -> Any:
     spec = importlib.util.spec_from_file_location("firsttoken_dashboards", GENERATOR)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -50,36 +53,109 @@ def test_committed_dashboards_are_the_generator_output() -> None:
     assert not stale, f"run python scripts/stack/dashboards.py: {stale} differ from the generator"
 
 
+PROMETHEUS_VARIABLE = {"type": "prometheus", "uid": "${datasource}"}
+
+
 def test_dashboard_structure() -> None:
-    ds_uids = {d["uid"]: d["type"] for d in load_yaml(DATASOURCES)["datasources"]}
     uids = set()
     for name, dash in dashboards().items():
         assert dash["uid"] not in uids, name
         uids.add(dash["uid"])
         ids = [p["id"] for p in panels(dash)]
         assert len(ids) == len(set(ids)), f"{name}: duplicate panel ids"
-        defined = {v["name"] for v in dash["templating"]["list"]}
+        variables = {v["name"]: v for v in dash["templating"]["list"]}
+        # Imported into any Grafana: the Prometheus datasource is a variable, never a fixed uid.
+        assert variables["datasource"]["type"] == "datasource", name
+        assert variables["datasource"]["query"] == "prometheus", name
+        for var in variables.values():
+            if var["type"] == "query":
+                assert var["datasource"] == PROMETHEUS_VARIABLE, f"{name} / ${var['name']}"
         for panel in panels(dash):
             where = f"{name} / {panel['title']}"
             pos = panel["gridPos"]
             assert pos["x"] + pos["w"] <= 24, where
             if panel["type"] in ("row", "alertlist"):
+                assert "targets" not in panel, where
                 continue
             assert panel["targets"], f"{where}: no query"
+            # The SDKs export every 15 s (OTEL_METRIC_EXPORT_INTERVAL): a rate window spans >= 4 exports.
+            assert panel["interval"] == "15s", where
             for t in [panel, *panel["targets"]]:
-                ref = t["datasource"]
-                assert ds_uids.get(ref["uid"]) == ref["type"], f"{where}: unknown datasource {ref}"
+                assert t["datasource"] == PROMETHEUS_VARIABLE, f"{where}: datasource {t['datasource']}"
             for t in panel["targets"]:
                 used = set(re.findall(r"\$(\w+)", t["expr"])) - {"__rate_interval", "__interval", "__range"}
-                assert used <= defined, f"{where}: undefined variables {used - defined}"
+                assert used <= set(variables), f"{where}: undefined variables {used - set(variables)}"
                 # Latency quantiles and heatmaps carry exemplars: a slow point opens its trace.
                 latency = "histogram_quantile" in t["expr"] and "_seconds_bucket" in t["expr"]
                 unit = panel["fieldConfig"]["defaults"].get("unit")
                 if panel["type"] == "heatmap" or (latency and panel["type"] == "timeseries" and unit == "s"):
                     assert t.get("exemplar") is True, f"{where}: latency query without exemplars"
             unit = panel["fieldConfig"]["defaults"].get("unit")
-            if panel["type"] != "heatmap":
+            if panel["type"] not in ("heatmap", "table"):
                 assert unit, f"{where}: no unit"
+            if panel["type"] == "timeseries":
+                # A gap is an outage or an idle period: no line drawn across it.
+                assert panel["fieldConfig"]["defaults"]["custom"]["spanNulls"] is False, where
+
+
+def _query_panels() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{name} / {panel['title']}", panel)
+        for name, dash in dashboards().items()
+        for panel in panels(dash)
+        if panel.get("targets")
+    ]
+
+
+def test_no_heatmap_counts_a_call_twice() -> None:
+    """increase() over $__rate_interval at a 15 s step counts each call in 2-4 overlapping windows."""
+    for where, panel in _query_panels():
+        for t in panel["targets"]:
+            assert not re.search(r"increase\([^\[]*\[\$__rate_interval\]", t["expr"]), where
+            if panel["type"] == "heatmap":
+                assert "increase(" not in t["expr"] and "rate(" in t["expr"], where
+                assert panel["options"]["cellValues"]["unit"] == "reqps", where
+
+
+def test_legends_and_groupings_keep_the_provider() -> None:
+    """A model name alone is ambiguous (the same model through two providers or gateways)."""
+    for where, panel in _query_panels():
+        for t in panel["targets"]:
+            for by in re.findall(r"by \(([^)]*)\)", t["expr"]):
+                labels = {label.strip() for label in by.split(",")}
+                if "gen_ai_request_model" in labels:
+                    assert "gen_ai_provider_name" in labels, f"{where}: by ({by}) merges providers"
+            if "{{gen_ai_request_model}}" in t["legendFormat"]:
+                assert "{{gen_ai_provider_name}}" in t["legendFormat"], where
+
+
+def test_token_panels_have_token_units() -> None:
+    token_metrics = ("_tokens_total", "token_usage_bucket", "conversation_input_tokens")
+    for where, panel in _query_panels():
+        if any(m in t["expr"] for t in panel["targets"] for m in token_metrics) and panel["type"] != "table":
+            unit = panel["fieldConfig"]["defaults"]["unit"]
+            ratio = unit == "percentunit"
+            assert ratio or "token" in unit, f"{where}: token counts with unit {unit}"
+
+
+def test_topk_is_one_set_over_the_range() -> None:
+    """topk evaluated per step picks a different top 10 at every step: more than 10 lines."""
+    for where, panel in _query_panels():
+        for t in panel["targets"]:
+            for m in re.finditer(r"topk\(", t["expr"]):
+                assert "[$__range] @ end()" in t["expr"][m.end() :], where
+
+
+def test_le_matchers_match_both_spellings() -> None:
+    """le="1" finds nothing where Prometheus stored "1.0" (Prometheus 3 scraping text): match both."""
+    for where, panel in _query_panels():
+        for t in panel["targets"]:
+            for op, value in re.findall(r'le(=~?)"([^"]*)"', t["expr"]):
+                if op == "=":
+                    assert not re.fullmatch(r"[0-9]+", value), f"{where}: le={value!r} misses {value}.0"
+                else:
+                    m = re.fullmatch(r"([0-9]+)\(\\\\\.0\)\?", value)
+                    assert m, f"{where}: le=~{value!r}"
 
 
 def test_every_shipped_query_parses_in_promtool(tmp_path: Path) -> None:
@@ -178,3 +254,144 @@ def test_datasource_queries_escape_dollars() -> None:
     text = DATASOURCES.read_text()
     assert "$${__tags}" in text
     assert "$" not in text.replace("$$", ""), "unescaped $ in datasources.yaml"
+
+
+# -- thresholds: from prometheus/rules/targets.yml, read here independently of the generator ----------
+
+TARGETS_YML = ROOT / "prometheus" / "rules" / "targets.yml"
+ALERTS_YML = ROOT / "prometheus" / "rules" / "alerts.yml"
+
+
+def targets_yml() -> dict[str, dict[str, float]]:
+    """llm:target:* record -> traffic class ("" = default) -> seconds."""
+    out: dict[str, dict[str, float]] = {}
+    for group in load_yaml(TARGETS_YML)["groups"]:
+        for rule in group["rules"]:
+            if rule.get("record", "").startswith("llm:target:"):
+                seconds = float(re.fullmatch(r"vector\((.+)\)", rule["expr"].strip()).group(1))
+                cls = (rule.get("labels") or {}).get("firsttoken_traffic_class", "")
+                out.setdefault(rule["record"], {})[cls] = seconds
+    return out
+
+
+def error_ratio_limit() -> float:
+    rule = next(r for g in load_yaml(ALERTS_YML)["groups"] for r in g["rules"] if r.get("alert") == "LLMErrorRatioHigh")
+    return float(re.search(r"llm:error_ratio:rate5m > ([0-9.]+)", rule["expr"]).group(1))
+
+
+def objective(record: str) -> float:
+    return int(re.fullmatch(r"llm:target:\w+_p(\d\d)_seconds", record).group(1)) / 100
+
+
+def threshold_values(panel: dict[str, Any]) -> list[float]:
+    steps = list(panel["fieldConfig"]["defaults"]["thresholds"]["steps"])
+    for override in panel["fieldConfig"]["overrides"]:
+        for prop in override["properties"]:
+            if prop["id"] == "thresholds":
+                steps += prop["value"]["steps"]
+    return [s["value"] for s in steps if s["value"] is not None]
+
+
+def test_stat_gauge_and_table_thresholds_come_from_targets_yml() -> None:
+    """No Grafana default (red at 80): a value is coloured against a target the alerts use, or not at all."""
+    targets = targets_yml()
+    allowed = {objective(r) for r in targets} | {s for by in targets.values() for s in by.values()}
+    allowed.add(error_ratio_limit())
+    coloured = 0
+    for where, panel in _query_panels():
+        if panel["type"] not in ("stat", "gauge", "bargauge", "table"):
+            continue
+        assert "thresholds" in panel["fieldConfig"]["defaults"], f"{where}: Grafana's default thresholds apply"
+        values = threshold_values(panel)
+        assert set(values) <= allowed, f"{where}: thresholds {values} are not targets of targets.yml {allowed}"
+        if values:
+            coloured += 1
+        elif panel["type"] != "table":
+            assert panel["options"]["colorMode"] == "none", f"{where}: coloured without a target"
+    # Every traffic class's SLO stat, and the summary table.
+    classes = {c for by in targets.values() for c in by}
+    assert coloured >= len(classes) + 1
+
+
+def test_slo_stats_hold_each_class_to_its_own_targets() -> None:
+    """Each class's stat checks each target of targets.yml at that class's bound, against its objective."""
+    targets = targets_yml()
+    named = sorted({c for by in targets.values() for c in by if c})
+    histograms = {"ttft": ("firsttoken_client_time_to_first_token_seconds", sc.TTFT_BUCKETS)}
+    histograms["e2e"] = ("gen_ai_client_operation_duration_seconds", sc.DURATION_BUCKETS)
+    overview = dashboards()["llm-latency-overview.json"]
+    stats = [p for p in panels(overview) if p["type"] == "stat"]
+    seen = set()
+    for panel in stats:
+        refs = {o["matcher"]["options"]: o for o in panel["fieldConfig"]["overrides"]}
+        for t in panel["targets"]:
+            cls_m = re.search(r'firsttoken_traffic_class(=|!~)"([^"]*)"', t["expr"])
+            assert cls_m, panel["title"]
+            if cls_m.group(1) == "=":
+                cls = cls_m.group(2)
+            else:
+                assert sorted(cls_m.group(2).split("|")) == named, "the default covers every class not listed"
+                cls = ""
+            metric, le = re.search(r'(\w+)_bucket\{[^}]*le=~?"([^"(]*)', t["expr"]).groups()
+            record = next(
+                r
+                for r in targets
+                if histograms[r.split(":")[2].split("_")[0]][0] == metric
+                and objective(r) == refs[t["refId"]]["properties"][0]["value"]["steps"][1]["value"]
+            )
+            want = targets[record].get(cls, targets[record][""])
+            buckets = histograms[record.split(":")[2].split("_")[0]][1]
+            bound = want if want in buckets else max(b for b in buckets if b <= want)
+            assert float(le) == bound, f"{panel['title']}: {record} checked at {le}, target {want}"
+            if record.startswith("llm:target:e2e"):
+                assert 'error_type=""' in t["expr"].split(" / ")[0], "a failed call never meets the e2e SLO"
+                assert "error_type" not in t["expr"].split(" / ")[1], "failed calls count in the denominator"
+            seen.add((cls, record))
+    assert seen == {(c, r) for c in [*named, ""] for r in targets}
+
+
+# -- grafana-foundation-sdk: Grafana's own models of the dashboard schema ----------------------------
+
+# What the pinned SDK's models do not keep: a query variable's "definition" (the query text the
+# variable editor shows; "query" carries the query itself). Anything else lost or changed fails.
+SDK_DROPS = {".templating.list[].definition"}
+
+
+def _diff(a: Any, b: Any, path: str, dropped: set[str], changed: list[str]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key, value in a.items():
+            if key not in b:
+                dropped.add(re.sub(r"\[\d+\]", "[]", f"{path}.{key}"))
+            else:
+                _diff(value, b[key], f"{path}.{key}", dropped, changed)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _diff(x, y, f"{path}[{i}]", dropped, changed)
+    elif a != b:
+        changed.append(f"{path}: {a!r} -> {b!r}")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="grafana-foundation-sdk needs Python 3.11 (typing.Self)")
+def test_dashboards_round_trip_through_grafana_foundation_sdk() -> None:
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()  # panel options, field config and queries as typed models
+    for name, data in dashboards().items():
+        model = Dashboard.from_json(data)
+        back = json.loads(json.dumps(model, cls=JSONEncoder))
+        dropped: set[str] = set()
+        changed: list[str] = []
+        _diff(data, back, "", dropped, changed)
+        assert not changed, f"{name}: {changed}"
+        assert dropped == SDK_DROPS, f"{name}: the SDK's models drop {dropped}"
+        assert len(back["panels"]) == len(data["panels"]) > 5, name
+
+
+def test_the_round_trip_check_sees_a_dropped_key() -> None:
+    dropped: set[str] = set()
+    changed: list[str] = []
+    _diff({"panels": [{"a": 1, "b": 2}]}, {"panels": [{"a": 1}]}, "", dropped, changed)
+    _diff({"x": [1]}, {"x": [2]}, "", dropped, changed)
+    assert dropped == {".panels[].b"} and changed == [".x[0]: 1 -> 2"]
