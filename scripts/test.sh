@@ -30,6 +30,9 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
     done
 fi
 
+# The bench HTML report is opened in headless Chromium (Debian's package).
+scripts/install_chromium.sh
+
 echo "==> ruff"
 "$VENV/bin/ruff" check src tests benchmarks scripts
 "$VENV/bin/ruff" format --check src tests benchmarks scripts

@@ -1,0 +1,120 @@
+"""The HTML report of ``firsttoken bench``, opened in headless Chromium (Debian's ``chromium``).
+
+Chromium runs the page's scripts, and the test reads back the DOM after them: every chart div must
+hold the SVG plotly draws, and the browser's console must show no errors. A screenshot is saved
+next to the report (its path is printed) for a human look.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from firsttoken.sim import LatencyModel, Simulator
+
+from .test_bench import run_bench
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--virtual-time-budget=15000",
+)
+
+
+def browser() -> str:
+    for name in BROWSERS:
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no chromium: scripts/test.sh installs Debian's (scripts/install_chromium.sh)")
+
+
+def run_browser(*args: str) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [browser(), *FLAGS, f"--user-data-dir={profile}", *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+
+
+def console_messages(stderr: str) -> list[str]:
+    """Every console message and uncaught exception in Chromium's log.
+
+    Chromium logs them all at INFO level whatever their kind, so the check is strict: the report
+    writes nothing to the console, and neither should plotly on a good page.
+    """
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, object]]]:
+    base = dict(prefill_ms_per_1k_tokens=100, decode_tokens_per_s=300, jitter=0.3, output_tokens=24)
+    models = {"quick": LatencyModel(queue_ms=40, **base), "steady": LatencyModel(queue_ms=120, **base)}
+    out = tmp_path_factory.mktemp("report") / "run"
+    prompts = out.with_name("prompts.txt")
+    prompts.write_text("\n".join("word " * n for n in (20, 200, 600, 1200)))  # varied input lengths
+    with Simulator(models=models, seed=5) as sim:
+        result = run_bench(
+            "--base-url", sim.openai_base_url, "--model", "quick", "--model", "steady", "--compare", "quick,steady",
+            "--requests", "16", "--concurrency", "4", "--prompts", str(prompts), "--out", str(out), "--no-progress",
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    yield out.with_suffix(".html"), json.loads(out.with_suffix(".json").read_text())
+
+
+def test_the_report_renders_every_chart_without_console_messages(report: tuple[Path, dict[str, object]]) -> None:
+    html, _ = report
+    page = html.read_text()
+    assert "<script src=" not in page and "https://" not in page.split("<body>", 1)[1]  # nothing fetched
+    result = run_browser("--dump-dom", html.as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    charts = re.findall(r'<div class="chart[^"]*" id="([^"]+)"', dom)
+    expected = {"cdf-ttft_s", "cdf-e2e_s", "ttft-input", "tps-time"}
+    assert expected <= set(charts) and sum(c.startswith("waterfall") for c in charts) == 2, charts
+    assert f'data-charts="{len(charts)}"' in dom  # the drawing script ran to its end
+    for chart in charts:
+        body = dom.split(f'id="{chart}"', 1)[1].split('<div class="chart', 1)[0]
+        assert 'class="main-svg"' in body, f"{chart} was not drawn"
+        assert "trace" in body  # plotly's trace groups: there is data on it
+    for target in ("quick", "steady"):
+        assert f"{target}: where the time went" in dom
+    assert console_messages(result.stderr) == []
+
+
+def test_a_screenshot_of_the_report(report: tuple[Path, dict[str, object]]) -> None:
+    html, _ = report
+    shot = html.with_suffix(".png")
+    result = run_browser(f"--screenshot={shot}", "--window-size=1280,3600", "--hide-scrollbars", html.as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 50_000  # charts, not a blank page (a blank 1280x3600 PNG is a few KB)
+    print(f"screenshot: {shot}")
+
+
+def test_console_errors_are_caught(tmp_path: Path) -> None:
+    """The check above can fail: a page with a script error is reported."""
+    page = tmp_path / "broken.html"
+    page.write_text("<html><body><script>console.error('boom'); undefinedFunction();</script></body></html>")
+    result = run_browser("--dump-dom", page.as_uri())
+    errors = console_messages(result.stderr)
+    assert any("boom" in e for e in errors), result.stderr
+    assert any("Uncaught ReferenceError: undefinedFunction" in e for e in errors), result.stderr
