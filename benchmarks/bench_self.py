@@ -27,9 +27,9 @@ import tempfile
 import time
 from typing import Any
 
-SIM_ARGS = ("--queue-ms", "50", "--prefill-ms-per-1k", "100", "--decode-tps", "100", "--jitter", "0")
-SIM_ARGS += ("--output-tokens", "32")
-WORKLOAD = ("--model", "sim", "--input-tokens", "200", "--max-tokens", "32", "--warmup", "0", "--seed", "0")
+SIM_ARGS = ("--queue-ms", "300", "--prefill-ms-per-1k", "100", "--decode-tps", "100", "--jitter", "0")
+SIM_ARGS += ("--output-tokens", "8")
+WORKLOAD = ("--model", "sim", "--input-tokens", "200", "--max-tokens", "8", "--warmup", "0", "--seed", "0")
 
 
 def start_sim() -> tuple[subprocess.Popen[str], str]:
@@ -108,7 +108,7 @@ def driver(base_url: str, requests: int, concurrency: int) -> None:
 
         async def worker() -> None:
             for n in todo:
-                call = call_factory(client, target, prompts[n % len(prompts)], stream=True, max_tokens=32)
+                call = call_factory(client, target, prompts[n % len(prompts)], stream=True, max_tokens=8)
                 await consume(await call())
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))

@@ -31,6 +31,8 @@ from .bench_out import (
 from .bench_run import FIRST_TOKEN, BenchError, Clients, Collector, Plan, Prompt, Runner, Sample, Target
 
 APIS = ("openai", "anthropic")
+BUSY_WARNING = 0.5
+"""Above this share of a core busy, a Python client's own CPU visibly delays what it measures."""
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 _WORDS = [
     "able",
@@ -405,6 +407,7 @@ def _main(args: argparse.Namespace) -> int:
         print("firsttoken bench: firsttoken could not instrument the SDKs (see the warning above)", file=sys.stderr)
         return 1
     started_wall = time.time()
+    clock = (time.process_time(), time.perf_counter())
     show = (not args.no_progress and sys.stderr.isatty()) or _force_progress()
     progress = Progress(plan.total, show, args.duration)
     runner: Runner | None = None
@@ -423,7 +426,9 @@ def _main(args: argparse.Namespace) -> int:
     samples = runner.samples if runner is not None else []
     if interrupted:
         fatal = "interrupted"
-    return _report(args, targets, lanes, race, samples, fatal, started_wall, concurrency)
+    cpu_s, wall_s = time.process_time() - clock[0], time.perf_counter() - clock[1]
+    client = {"cpu_s": cpu_s, "wall_s": wall_s, "busy_share": cpu_s / wall_s if wall_s > 0 else None}
+    return _report(args, targets, lanes, race, samples, fatal, started_wall, concurrency, client)
 
 
 def _force_progress() -> bool:
@@ -479,6 +484,7 @@ def _report(
     fatal: str | None,
     started_wall: float,
     concurrency: int | None,
+    client: dict[str, Any],
 ) -> int:
     by_target: dict[str, list[Sample]] = {lane: [] for lane in lanes}
     for s in sorted(samples, key=lambda s: s.seq):
@@ -504,6 +510,16 @@ def _report(
     if race is not None:
         race_info = race_summary(race[0], race[1], by_target.get(race[0], []))
         blocks += [render_race(race_info, summaries), ""]
+    busy = client["busy_share"]
+    if busy is not None:
+        blocks.append(
+            f"This process used {client['cpu_s']:.1f} s of CPU in {client['wall_s']:.1f} s ({busy:.0%} of a core)."
+        )
+        if busy > BUSY_WARNING:
+            blocks.append(
+                "Warning: the client was busy most of the time, so the latencies above include waiting for its own "
+                "CPU (the SDK's per-chunk work, mostly); lower --concurrency or --rate, or run several processes."
+            )
     print("\n".join(blocks).rstrip())
     document = {
         "tool": "firsttoken bench",
@@ -515,6 +531,7 @@ def _report(
         "summaries": {n: s.as_json() for n, s in summaries.items()},
         "compare": comparison,
         "race": race_info,
+        "client": client,
         "requests": [s.as_json() for s in sorted(samples, key=lambda s: s.seq)],
     }
     paths = {
