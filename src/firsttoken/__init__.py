@@ -9,16 +9,20 @@ output token and end-to-end latency as spans and metrics::
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import TracerProvider
-
+from . import _install
 from ._version import __version__
 from .app import action, conversation, phase, traffic_class
 from .config import ConfigError, FirstTokenWarning
-from .instrumentor import FirstTokenInstrumentor
 from .race import RaceResult, arace, race  # noqa: F401  (public: firsttoken.race / firsttoken.arace)
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
+    from .instrumentor import FirstTokenInstrumentor
 
 __all__ = [
     "ConfigError",
@@ -42,20 +46,18 @@ def instrument(
     capture_content: bool | None = None,
     **options: Any,
 ) -> bool:
-    """Measure every supported LLM SDK that is installed. Idempotent.
+    """Measure every supported LLM SDK the app uses, and plain httpx calls to LLM APIs. Idempotent.
 
-    With no providers passed and none set globally, OTLP export is set up from the standard
-    ``OTEL_*`` environment variables. ``capture_content`` (default: from
-    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``, else off) records prompts and
-    completions on spans. Other options: ``chunk_metrics``, ``phase_spans``, ``provider_hosts``,
-    ``content_max_length``, ``redact`` (see docs/configuration.md).
+    Imports nothing the app has not: an SDK (or httpx) already imported is patched now, one the
+    app imports later is patched when it does. With no providers passed and none set globally,
+    OTLP export is set up from the standard ``OTEL_*`` environment variables. ``capture_content``
+    (default: from ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``, else off) records
+    prompts and completions on spans. Other options: ``chunk_metrics``, ``phase_spans``,
+    ``provider_hosts``, ``content_max_length``, ``redact`` (see docs/configuration.md).
 
-    Returns whether anything is instrumented. Bad settings give one :class:`FirstTokenWarning`
-    naming the problem, and the app runs on uninstrumented.
+    Returns whether firsttoken is active. Bad settings give one :class:`FirstTokenWarning` naming
+    the problem, and the app runs on uninstrumented.
     """
-    instrumentor = FirstTokenInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        return True
     kwargs: dict[str, Any] = dict(options)
     if tracer_provider is not None:
         kwargs["tracer_provider"] = tracer_provider
@@ -63,20 +65,26 @@ def instrument(
         kwargs["meter_provider"] = meter_provider
     if capture_content is not None:
         kwargs["capture_content"] = capture_content
-    result = instrumentor.instrument(**kwargs)
-    if result is False:
-        # BaseInstrumentor marks itself instrumented whatever _instrument returned.
-        instrumentor._is_instrumented_by_opentelemetry = False
-        return False
-    return True
+    return _install.install(**kwargs)
 
 
 def uninstrument() -> None:
     """Restore every patched function to its original. Safe to call when not instrumented."""
-    instrumentor = FirstTokenInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.uninstrument()
+    # Installed through ``opentelemetry-instrument``: let the instrumentor know it is undone too.
+    instrumentor = sys.modules.get(f"{__name__}.instrumentor")
+    if instrumentor is not None and instrumentor.FirstTokenInstrumentor().is_instrumented_by_opentelemetry:
+        instrumentor.FirstTokenInstrumentor().uninstrument()
+    _install.uninstall()
 
 
 def is_instrumented() -> bool:
-    return bool(FirstTokenInstrumentor().is_instrumented_by_opentelemetry)
+    return _install.is_installed()
+
+
+def __getattr__(name: str) -> Any:
+    # The instrumentor pulls in opentelemetry-instrumentation, slow to import: only on demand.
+    if name == "FirstTokenInstrumentor":
+        from .instrumentor import FirstTokenInstrumentor
+
+        return FirstTokenInstrumentor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,7 +33,8 @@ class Patches:
         except (ImportError, AttributeError):
             log.debug("firsttoken: %s.%s not found; not patched", module, path)
             return False
-        if isinstance(original, wrapt.ObjectProxy) and getattr(original, "_self_firsttoken", False):
+        # (wrapt 2's FunctionWrapper is no longer a wrapt.ObjectProxy.)
+        if isinstance(original, wrapt.FunctionWrapper) and getattr(original, "_self_firsttoken", False):
             return True  # already ours
         wrapped = wrapt.FunctionWrapper(original, wrapper)
         wrapped._self_firsttoken = True  # type: ignore[attr-defined]

@@ -28,15 +28,15 @@ import time
 from collections.abc import AsyncIterator, Callable, Generator
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, TypeVar, cast
-
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.context import Context
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import semconv as sc
+from ._install import active_recorder
 from .config import warn
 from .context import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS, ActionState
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 log = logging.getLogger("firsttoken")
 
@@ -73,12 +73,6 @@ def _label(kind: str, value: object, pattern: re.Pattern[str] = _LABEL) -> str:
     return sc.ERROR_TYPE_OTHER
 
 
-def _recorder() -> Any:
-    from .instrumentor import FirstTokenInstrumentor
-
-    return FirstTokenInstrumentor().recorder
-
-
 # -- scopes ------------------------------------------------------------------------------------
 
 
@@ -100,6 +94,10 @@ class _Entry:
         self.resets.append((var, var.set(value)))
 
     def attach(self, span: Any) -> None:
+        # Only ever called when instrumented: the OpenTelemetry API is loaded by then.
+        from opentelemetry import context as otel_context
+        from opentelemetry import trace
+
         self.otel = otel_context.attach(trace.set_span_in_context(span))
 
     def undo(self) -> None:
@@ -111,6 +109,8 @@ class _Entry:
         except (ValueError, RuntimeError):
             return  # exited in another context (a generator finalised elsewhere): nothing of ours here
         if self.otel is not None:
+            from opentelemetry import context as otel_context
+
             otel_context.detach(self.otel)
         for var, token in reversed(self.resets):
             try:
@@ -263,7 +263,7 @@ class action(_Scope):
         if self.conversation_id is not None:
             entry.set(CONVERSATION_ID, self.conversation_id)
             attributes = {**attributes, sc.GEN_AI_CONVERSATION_ID: self.conversation_id}
-        recorder = _recorder()
+        recorder = active_recorder()
         if recorder is not None:
             state.span = recorder.start_action(state, attributes)
             state.recorder = recorder
@@ -287,7 +287,7 @@ class phase(_Scope):
 
     def _start(self, entry: _Entry) -> None:
         entry.state = CURRENT_ACTION.get()
-        recorder = _recorder()
+        recorder = active_recorder()
         if recorder is not None:
             entry.span = recorder.start_app_phase(self.name, entry.state)
             entry.recorder = recorder

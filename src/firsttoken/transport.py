@@ -13,6 +13,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from types import ModuleType
 from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
@@ -25,8 +26,6 @@ from .streams import end_on_exception, watch
 from .timeline import Timeline
 
 log = logging.getLogger("firsttoken")
-
-HTTPX_MODULES = ("httpx2", "httpx")
 
 # Response object -> the call it belongs to, for the hooks that see only the response.
 _calls_by_response: weakref.WeakKeyDictionary[Any, Timeline] = weakref.WeakKeyDictionary()
@@ -509,30 +508,29 @@ async def _aclose(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: di
         _closed(instance)
 
 
-def patch(patches: Patches, recorder: Any = None, direct: DirectCalls | None = None) -> list[str]:
-    """Patch every installed httpx flavour; returns the module names patched.
-
-    With ``direct``, LLM API requests sent with plain httpx are measured as calls too.
-    """
+def configure(recorder: Any = None, direct: DirectCalls | None = None) -> None:
+    """Whether to follow httpcore's trace events (from the recorder's settings); with ``direct``,
+    LLM API requests sent with plain httpx are measured as calls too."""
     global _direct, _wire
     _direct = direct
     _wire = recorder is None or recorder.settings.wire_phases
-    done = []
-    for module in HTTPX_MODULES:
-        try:
-            imported = __import__(module)
-        except ImportError:
-            continue
-        _observed_streams[module] = _observing_classes(imported)
-        ok = patches.wrap(module, "Client.send", _send)
-        ok = patches.wrap(module, "AsyncClient.send", _send_async) and ok
-        ok = patches.wrap(module, "Response.close", _close) and ok
-        ok = patches.wrap(module, "Response.aclose", _aclose) and ok
-        ok = patches.wrap(module, "Response.read", _read) and ok
-        ok = patches.wrap(module, "Response.aread", _aread) and ok
-        if ok:
-            done.append(module)
-    if done:
-        patches.wrap("socket", "getaddrinfo", _getaddrinfo)
-        patches.wrap("anyio._core._sockets", "getaddrinfo", _getaddrinfo_async)
-    return done
+
+
+def patch_flavour(patches: Patches, module: ModuleType) -> bool:
+    """Patch one httpx flavour (``httpx`` or ``httpx2``) the app has imported, and DNS with it."""
+    name = module.__name__
+    _observed_streams[name] = _observing_classes(module)
+    ok = patches.wrap(name, "Client.send", _send)
+    ok = patches.wrap(name, "AsyncClient.send", _send_async) and ok
+    ok = patches.wrap(name, "Response.close", _close) and ok
+    ok = patches.wrap(name, "Response.aclose", _aclose) and ok
+    ok = patches.wrap(name, "Response.read", _read) and ok
+    ok = patches.wrap(name, "Response.aread", _aread) and ok
+    if ok:
+        patches.wrap("socket", "getaddrinfo", _getaddrinfo)  # once for every flavour: already ours
+    return ok
+
+
+def patch_async_dns(patches: Patches) -> bool:
+    """Time the DNS lookups of async connections (anyio's, which httpx's async transport uses)."""
+    return patches.wrap("anyio._core._sockets", "getaddrinfo", _getaddrinfo_async)

@@ -1,0 +1,214 @@
+"""The process's one instrumentation: the SDKs and httpx are patched when the app imports them.
+
+``instrument()`` imports nothing the app has not imported: each library gets a wrapt post-import
+hook, which patches it at once when the app already imported it, else right after the app does.
+``uninstall()`` undoes every patch made and disarms the hooks that have not fired yet (wrapt keeps a
+hook until its module is imported; a disarmed one then does nothing).
+
+Kept light at import (``firsttoken`` imports it): everything heavy is imported by :func:`install`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
+    from ._patch import Patches
+    from .providers._common import ProviderResolver
+    from .recorder import Recorder
+
+log = logging.getLogger("firsttoken")
+
+_lock = threading.RLock()
+"""Held while installing, uninstalling and running a hook: a hook may fire in any thread."""
+
+
+class Installation:
+    """What one ``install()`` set up: its recorder, the hooks it registered and the patches they made."""
+
+    def __init__(self, recorder: Recorder, provider_of: ProviderResolver, patches: Patches) -> None:
+        self.recorder = recorder
+        self.provider_of = provider_of
+        self.patches = patches
+        self.hooks: list[_Hook] = []
+        self.patched: list[str] = []
+        """The libraries patched so far, in the order the app imported them."""
+
+    def when_imported(self, name: str, action: Callable[[Installation, ModuleType], bool]) -> None:
+        import wrapt
+
+        hook = _Hook(self, name, action)
+        self.hooks.append(hook)
+        wrapt.register_post_import_hook(hook, name)  # runs it now when ``name`` is already imported
+
+    def undo(self) -> None:
+        for hook in self.hooks:
+            hook.armed = False
+        self.patches.unwrap_all()
+        self.patched.clear()
+
+
+class _Hook:
+    """Patches one library once it is imported, unless its installation was undone first."""
+
+    __slots__ = ("action", "armed", "installation", "name")
+
+    def __init__(
+        self, installation: Installation, name: str, action: Callable[[Installation, ModuleType], bool]
+    ) -> None:
+        self.installation = installation
+        self.name = name
+        self.action = action
+        self.armed = True
+
+    def __call__(self, module: ModuleType) -> None:
+        # Runs inside the app's ``import``: an exception here would fail that import.
+        with _lock:
+            if not self.armed:
+                return
+            self.armed = False
+            try:
+                if self.action(self.installation, module):
+                    self.installation.patched.append(self.name)
+                    log.debug("firsttoken: instrumented %s", self.name)
+            except Exception:
+                log.debug("firsttoken: instrumenting %s failed", self.name, exc_info=True)
+
+
+_current: Installation | None = None
+
+
+def active_recorder() -> Recorder | None:
+    """The recorder of the instrumentation in place, if any."""
+    current = _current
+    return None if current is None else current.recorder
+
+
+def is_installed() -> bool:
+    return _current is not None
+
+
+def patched() -> list[str]:
+    """The libraries patched so far (an SDK or httpx the app has not imported is not, yet)."""
+    current = _current
+    return [] if current is None else list(current.patched)
+
+
+# -- what each hook does --------------------------------------------------------------------------
+
+
+def _openai(installation: Installation, module: ModuleType) -> bool:
+    from .providers import openai as openai_hooks
+
+    return openai_hooks.patch(installation.patches, installation.recorder, installation.provider_of)
+
+
+def _anthropic(installation: Installation, module: ModuleType) -> bool:
+    from .providers import anthropic as anthropic_hooks
+
+    return anthropic_hooks.patch(installation.patches, installation.recorder, installation.provider_of)
+
+
+def _httpx(installation: Installation, module: ModuleType) -> bool:
+    # Plain httpx calls to LLM APIs are measured whether or not an SDK is installed.
+    from . import transport
+    from .providers import direct
+
+    transport.configure(installation.recorder, direct.DirectCalls(installation.recorder, installation.provider_of))
+    return transport.patch_flavour(installation.patches, module)
+
+
+def _anyio(installation: Installation, module: ModuleType) -> bool:
+    from . import transport
+
+    return transport.patch_async_dns(installation.patches)
+
+
+_HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
+    ("openai", _openai),
+    ("anthropic", _anthropic),
+    ("httpx2", _httpx),
+    ("httpx", _httpx),
+    ("anyio", _anyio),
+)
+
+
+# -- install / uninstall ----------------------------------------------------------------------
+
+
+def install(
+    *,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    capture_content: bool | None = None,
+    **options: Any,
+) -> bool:
+    """Set up the recorder and the import hooks; False (with one warning) when it cannot. Idempotent."""
+    from .config import ConfigError, warn
+
+    global _current
+    with _lock:
+        if _current is not None:
+            return True
+        try:
+            installation = _setup(tracer_provider, meter_provider, capture_content, options)
+            if installation is None:
+                return False
+            _current = installation
+            for name, action in _HOOKS:
+                installation.when_imported(name, action)
+            return True
+        except ConfigError as exc:
+            warn(f"{exc}; the app runs uninstrumented")
+        except Exception as exc:  # never break the app for its telemetry
+            log.debug("firsttoken: instrumentation failed", exc_info=True)
+            warn(f"instrumentation failed ({exc!r}); the app runs uninstrumented")
+        uninstall()
+        return False
+
+
+def _setup(
+    tracer_provider: TracerProvider | None,
+    meter_provider: MeterProvider | None,
+    capture_content: bool | None,
+    options: dict[str, Any],
+) -> Installation | None:
+    from opentelemetry import metrics, trace
+
+    from . import _otlp, config, semconv, streams
+    from ._patch import Patches
+    from ._version import __version__
+    from .providers._common import provider_resolver
+    from .recorder import Recorder
+
+    if config.is_disabled():
+        log.info("firsttoken: disabled by the environment")
+        return None
+    settings = config.load(capture_content=capture_content, options=options)
+    if tracer_provider is None and meter_provider is None and _otlp.globals_unset():
+        tracer_provider, meter_provider = _otlp.setup()
+    tracer = trace.get_tracer(
+        semconv.SCOPE_NAME, __version__, tracer_provider=tracer_provider, schema_url=semconv.SCHEMA_URL
+    )
+    meter = metrics.get_meter(
+        semconv.SCOPE_NAME, __version__, meter_provider=meter_provider, schema_url=semconv.SCHEMA_URL
+    )
+    recorder = Recorder(tracer, meter, settings)
+    streams.start_worker()
+    return Installation(recorder, provider_resolver(settings.provider_hosts), Patches())
+
+
+def uninstall() -> None:
+    """Undo every patch and disarm every hook not fired yet. Safe to call when not installed."""
+    global _current
+    with _lock:
+        current, _current = _current, None
+        if current is not None:
+            current.undo()

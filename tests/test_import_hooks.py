@@ -1,0 +1,244 @@
+"""Patching on import: ``instrument()`` imports no SDK, and an SDK imported later is measured.
+
+Each case runs in a fresh interpreter (what is imported is process-wide state) against the
+simulator running in the test process, and prints what it saw as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import firsttoken
+from firsttoken import semconv as sc
+from firsttoken.sim import Simulator
+
+from .conftest import FAST, Telemetry
+
+LIBRARIES = ("openai", "anthropic", "httpx", "httpx2")
+
+PRELUDE = """
+import json, os, sys
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+exporter = InMemorySpanExporter()
+tracer_provider = TracerProvider()
+tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+OPENAI_URL = os.environ.get("SIM_OPENAI_URL")
+ANTHROPIC_URL = os.environ.get("SIM_ANTHROPIC_URL")
+out = {}
+
+def imported():
+    return sorted(m for m in @LIBRARIES@ if m in sys.modules)
+
+def calls():
+    return [
+        {"name": s.name, "ttft": (s.attributes or {}).get(@TTFT@)}
+        for s in exporter.get_finished_spans()
+        if "gen_ai.operation.name" in (s.attributes or {})
+    ]
+
+def chat_openai():
+    import openai
+    client = openai.OpenAI(base_url=OPENAI_URL, api_key="sk-test", max_retries=0)
+    stream = client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+def is_patched(owner, name):
+    return getattr(owner.__dict__[name], "_self_firsttoken", False)
+""".replace("@LIBRARIES@", repr(LIBRARIES)).replace("@TTFT@", repr(sc.FT_TIME_TO_FIRST_TOKEN))
+
+
+def run(body: str, sim: Simulator | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``body`` after PRELUDE in a fresh interpreter; returns the ``out`` dict it printed."""
+    code = PRELUDE + textwrap.dedent(body) + "\nprint('RESULT ' + json.dumps(out))\n"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))}
+    if sim is not None:
+        environ["SIM_OPENAI_URL"] = sim.openai_base_url
+        environ["SIM_ANTHROPIC_URL"] = sim.anthropic_base_url
+    environ.update(env or {})
+    # A busy 2-core machine: importing both SDKs can take seconds there.
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=environ, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, result.stdout + result.stderr
+    out: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    return out
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    with Simulator(latency=FAST, seed=1) as s:
+        yield s
+
+
+def test_instrument_imports_no_sdk_and_no_httpx() -> None:
+    out = run(
+        """
+        out["before"] = imported()
+        import firsttoken
+        out["import"] = imported()
+        out["instrumentation_module"] = "opentelemetry.instrumentation" in sys.modules
+        out["ok"] = firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        out["after"] = imported()
+        """
+    )
+    assert out == {"before": [], "import": [], "instrumentation_module": False, "ok": True, "after": []}
+
+
+def test_default_export_set_up_imports_no_sdk_either() -> None:
+    """The OTLP set-up (no providers passed) does not pull an SDK or httpx in either."""
+    out = run(
+        """
+        import firsttoken
+        out["ok"] = firsttoken.instrument()
+        out["after"] = imported()
+        sys.stdout.write("RESULT " + json.dumps(out) + "\\n")
+        sys.stdout.flush()
+        os._exit(0)  # no export at exit: nothing listens on the endpoint
+        """,
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_SERVICE_NAME": "import-hooks-test"},
+    )
+    assert out == {"ok": True, "after": []}
+
+
+def test_sdks_imported_after_instrument_are_measured(sim: Simulator) -> None:
+    out = run(
+        """
+        import firsttoken
+        firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        out["patched_before"] = firsttoken._install.patched()
+        out["text"] = chat_openai()
+        import anthropic
+        client = anthropic.Anthropic(base_url=ANTHROPIC_URL, api_key="sk-ant-test", max_retries=0)
+        with client.messages.stream(
+            model="claude-haiku-4-5", max_tokens=32, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            out["anthropic_text"] = "".join(stream.text_stream)
+        import httpx
+        response = httpx.post(
+            OPENAI_URL + "/chat/completions",
+            json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": "Bearer sk-test"},
+        )
+        out["direct_status"] = response.status_code
+        out["patched_after"] = sorted(firsttoken._install.patched())
+        out["calls"] = calls()
+        """,
+        sim,
+    )
+    assert out["patched_before"] == []
+    assert out["text"] and out["anthropic_text"], "the apps got their answers"
+    assert out["direct_status"] == 200
+    assert set(out["patched_after"]) >= {"openai", "anthropic", "httpx", "httpx2"}
+    names = [c["name"] for c in out["calls"]]
+    assert names == ["chat gpt-4o-mini", "chat claude-haiku-4-5", "chat gpt-4o-mini"], names
+    assert all(isinstance(c["ttft"], float) and c["ttft"] > 0 for c in out["calls"][:2]), out["calls"]
+
+
+def test_uninstrument_before_the_sdk_is_imported_leaves_it_alone(sim: Simulator) -> None:
+    """Hooks registered but never fired: after uninstrument() they do nothing when the SDK comes."""
+    out = run(
+        """
+        import firsttoken
+        firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        firsttoken.uninstrument()
+        out["text"] = chat_openai()
+        import openai._base_client, httpx
+        out["request_patched"] = is_patched(openai._base_client.SyncAPIClient, "request")
+        out["send_patched"] = is_patched(httpx.Client, "send")
+        out["calls"] = calls()
+        # Instrumenting again patches the SDK at once, as it is imported by now.
+        firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        out["text_again"] = chat_openai()
+        out["calls_again"] = len(calls())
+        """,
+        sim,
+    )
+    assert out["text"] and out["text_again"]
+    assert out["request_patched"] is False and out["send_patched"] is False
+    assert out["calls"] == []
+    assert out["calls_again"] == 1
+
+
+def test_uninstrument_after_the_sdk_was_imported_restores_it(sim: Simulator) -> None:
+    out = run(
+        """
+        import firsttoken
+        firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        import openai._base_client
+        out["patched"] = is_patched(openai._base_client.SyncAPIClient, "request")
+        chat_openai()
+        firsttoken.uninstrument()
+        out["still_patched"] = is_patched(openai._base_client.SyncAPIClient, "request")
+        import httpx
+        out["send_patched"] = is_patched(httpx.Client, "send")
+        out["text"] = chat_openai()
+        out["calls"] = len(calls())
+        """,
+        sim,
+    )
+    assert out == {"patched": True, "still_patched": False, "send_patched": False, "text": out["text"], "calls": 1}
+    assert out["text"]
+
+
+def test_the_opentelemetry_instrumentor_shares_the_installation(telemetry: Telemetry) -> None:
+    """``opentelemetry-instrument`` goes through FirstTokenInstrumentor: one installation for both."""
+    instrumentor = firsttoken.FirstTokenInstrumentor()
+    assert firsttoken.is_instrumented()
+    assert instrumentor.recorder is not None
+    firsttoken.uninstrument()
+    assert not firsttoken.is_instrumented() and instrumentor.recorder is None
+    instrumentor.instrument(tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider)
+    try:
+        assert firsttoken.is_instrumented() and instrumentor.is_instrumented_by_opentelemetry
+        assert firsttoken.instrument(), "already instrumented: idempotent"
+        firsttoken.uninstrument()
+        assert not instrumentor.is_instrumented_by_opentelemetry, "the instrumentor knows it was undone"
+        assert not firsttoken.is_instrumented()
+    finally:
+        firsttoken.uninstrument()
+
+
+def test_a_function_is_wrapped_once_and_restored_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both httpx flavours wrap socket.getaddrinfo: the second wrap must see the first is ours."""
+    import types
+
+    from firsttoken._patch import Patches
+
+    module = types.ModuleType("firsttoken_patch_target")
+
+    def original(x: int) -> int:
+        return x
+
+    module.target = original  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    seen: list[int] = []
+
+    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        seen.append(args[0])
+        return wrapped(*args, **kwargs)
+
+    patches = Patches()
+    assert patches.wrap(module.__name__, "target", wrapper)
+    assert patches.wrap(module.__name__, "target", wrapper)
+    assert len(patches) == 1
+    assert module.target(3) == 3 and seen == [3], "one wrapper, called once"
+    patches.unwrap_all()
+    assert module.target is original
