@@ -102,6 +102,18 @@ def test_instrument_imports_no_sdk_and_no_httpx() -> None:
     assert out == {"before": [], "import": [], "instrumentation_module": False, "ok": True, "after": []}
 
 
+def test_import_firsttoken_loads_nothing_heavy() -> None:
+    """Start-up: ``import firsttoken`` loads no OpenTelemetry, wrapt, asyncio, SDK or httpx.
+
+    They cost tens of milliseconds each; instrument() loads what it needs (benchmarks/startup.py
+    has the figures).
+    """
+    heavy = ("opentelemetry", "wrapt", "asyncio", *LIBRARIES)
+    code = f"import sys, firsttoken; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
 def test_default_export_set_up_imports_no_sdk_either() -> None:
     """The OTLP set-up (no providers passed) does not pull an SDK or httpx in either."""
     out = run(

@@ -20,7 +20,6 @@ stream, a response, or (for :func:`arace`) an awaitable of either.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import inspect
@@ -29,13 +28,16 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .app import action
 from .context import CURRENT_ACTION
-from .providers import anthropic as _anthropic_hooks
-from .providers import openai as _openai_hooks
 from .timeline import Timeline
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio and the provider readers are imported where used: ``import firsttoken`` imports this module.
 
 __all__ = ["FINISH", "FIRST_TOKEN", "RaceResult", "arace", "carries_output", "race"]
 
@@ -62,6 +64,9 @@ def carries_output(item: Any) -> bool:
     OpenAI chat and completion chunks, Responses events and Anthropic message events are read by
     the same provider code as the instrumentation; an item of any other kind counts as output.
     """
+    from .providers import anthropic as _anthropic_hooks
+    from .providers import openai as _openai_hooks
+
     kind = getattr(item, "type", None)
     obj = getattr(item, "object", None)
     observe: Callable[[Timeline, Any, int], None]
@@ -195,6 +200,8 @@ async def arace(
     Losers are cancelled the moment the winner is known, before this returns (their call spans end
     ``cancelled``). If every contender fails, the first contender's exception is raised.
     """
+    import asyncio
+
     _check(calls, until)
     scope = action(name) if CURRENT_ACTION.get() is None else None
     if scope is not None:
