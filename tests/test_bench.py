@@ -260,3 +260,65 @@ def test_unreachable_wrong_key_and_unknown_model_stop_with_one_message(sim: Simu
     assert doc["summaries"]["ok"]["ok"] == 5
     assert [r["ok"] for r in doc["requests"] if r["target"] == "dead"][:1] == [False]
     assert len(list(csv.DictReader(out.with_suffix(".csv").open()))) == len(doc["requests"])
+
+
+# -- OTLP -------------------------------------------------------------------------------------
+
+
+class _OtlpReceiver(BaseHTTPRequestHandler):
+    """An OTLP/HTTP (protobuf) endpoint keeping what it is sent."""
+
+    received: list[tuple[str, bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["content-length"]))
+        self.received.append((self.path, body))
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_run_is_exported_over_otlp_when_configured(sim: Simulator, tmp_path: Path) -> None:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OtlpReceiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    out = tmp_path / "otlp.json"
+    try:
+        result = run_bench(
+            "--base-url", sim.openai_base_url, "--model", "fast", "--requests", "5", "--warmup", "0",
+            "--json", str(out), "--no-progress",
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"},
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 0, result.stderr
+    spans = []
+    metric_names = set()
+    services = set()
+    for path, body in _OtlpReceiver.received:
+        if path == "/v1/traces":
+            req = ExportTraceServiceRequest.FromString(body)
+            for rs in req.resource_spans:
+                services |= {a.value.string_value for a in rs.resource.attributes if a.key == "service.name"}
+                spans += [s for ss in rs.scope_spans for s in ss.spans]
+        elif path == "/v1/metrics":
+            mreq = ExportMetricsServiceRequest.FromString(body)
+            metric_names |= {m.name for rm in mreq.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    names = [s.name for s in spans]
+    assert names.count("chat fast") == 5 and names.count("bench") == 5, names
+    assert services == {"firsttoken-bench"}
+    assert {"firsttoken.client.time_to_first_token", "gen_ai.client.operation.duration"} <= metric_names
+    # The exported TTFTs are the ones bench reported.
+    exported = sorted(
+        a.value.double_value for s in spans for a in s.attributes if a.key == "firsttoken.time_to_first_token"
+    )
+    reported = sorted(r["ttft_s"] for r in json.loads(out.read_text())["requests"])
+    assert exported == pytest.approx(reported)

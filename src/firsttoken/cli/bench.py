@@ -288,7 +288,7 @@ def _otlp_configured() -> bool:
 
 def instrument(collector: Collector) -> tuple[Any, Any, bool]:
     """Instrument the SDKs; spans reach ``collector`` (and OTLP, when configured)."""
-    from opentelemetry import trace
+    from opentelemetry import metrics, trace
     from opentelemetry.metrics import NoOpMeterProvider
     from opentelemetry.sdk.trace import TracerProvider
 
@@ -298,10 +298,10 @@ def instrument(collector: Collector) -> tuple[Any, Any, bool]:
         os.environ.setdefault("OTEL_SERVICE_NAME", "firsttoken-bench")
         ok = firsttoken.instrument()  # exports over OTLP from the OTEL_* variables, batched
         provider = trace.get_tracer_provider()
-        if isinstance(provider, TracerProvider):
-            provider.add_span_processor(collector)
-            return provider, None, ok
-        raise BenchError("OTLP is configured but another tracer provider is set; cannot read the spans back")
+        if not isinstance(provider, TracerProvider):
+            raise BenchError("OTLP is configured but a tracer provider bench cannot read back is set globally")
+        provider.add_span_processor(collector)
+        return provider, metrics.get_meter_provider(), ok
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(collector)
     ok = firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=NoOpMeterProvider())
@@ -402,7 +402,11 @@ def _main(args: argparse.Namespace) -> int:
     plan.prompts = len(prompts)
 
     collector = Collector()
-    tracer_provider, _, ok = instrument(collector)
+    try:
+        tracer_provider, meter_provider, ok = instrument(collector)
+    except BenchError as exc:
+        print(f"firsttoken bench: error: {exc}", file=sys.stderr)
+        return 1
     if not ok:
         print("firsttoken bench: firsttoken could not instrument the SDKs (see the warning above)", file=sys.stderr)
         return 1
@@ -422,7 +426,10 @@ def _main(args: argparse.Namespace) -> int:
         import firsttoken
 
         firsttoken.uninstrument()
-        tracer_provider.shutdown()
+        tracer_provider.shutdown()  # flushes the OTLP batch, if any
+        shutdown = getattr(meter_provider, "shutdown", None)
+        if shutdown is not None:
+            shutdown()  # a last export of the metrics
     samples = runner.samples if runner is not None else []
     if interrupted:
         fatal = "interrupted"
