@@ -37,6 +37,7 @@ ALERTS_FILE = ROOT / "prometheus" / "rules" / "alerts.yml"
 # Every panel and query uses the dashboard's datasource variables, so that the JSON imports into
 # any Grafana whatever its datasources are called.
 PROMETHEUS = {"type": "prometheus", "uid": "${datasource}"}
+TEMPO = {"type": "tempo", "uid": "${tempo}"}
 # The interval the SDKs export metrics at (OTEL_METRIC_EXPORT_INTERVAL, 15 s by default in firsttoken):
 # every panel's minimum interval, so that $__rate_interval spans at least four exports.
 MIN_INTERVAL = "15s"
@@ -450,6 +451,24 @@ class Layout:
         ]
         self._place(panel, w, h)
 
+    def traces(self, title: str, traceql: str, *, description: str, w: int = 24, h: int = 8) -> None:
+        """A Tempo search: the traces themselves, one click from the span tree."""
+        panel = self._query_panel("table", title, description, [])
+        panel["datasource"] = TEMPO
+        panel["targets"] = [
+            {
+                "datasource": TEMPO,
+                "refId": "A",
+                "queryType": "traceql",
+                "query": traceql,
+                "limit": 20,
+                "tableType": "traces",
+            }
+        ]
+        panel["fieldConfig"] = {"defaults": {"thresholds": NEUTRAL}, "overrides": []}
+        panel["options"] = {"showHeader": True, "cellHeight": "sm"}
+        self._place(panel, w, h)
+
     def alert_list(self, title: str, *, description: str, w: int = 12, h: int = 9) -> None:
         panel = {
             "type": "alertlist",
@@ -506,9 +525,9 @@ def query_variable(name: str, label: str, query: str) -> dict[str, Any]:
     }
 
 
-DATASOURCE_VARIABLE = datasource_variable("datasource", "Prometheus", "prometheus", "prometheus")
 CALL_VARIABLES = [
-    DATASOURCE_VARIABLE,
+    datasource_variable("datasource", "Prometheus", "prometheus", "prometheus"),
+    datasource_variable("tempo", "Tempo", "tempo", "tempo"),
     query_variable("provider", "Provider", f"label_values({DURATION}_count, gen_ai_provider_name)"),
     query_variable(
         "model", "Model", f'label_values({DURATION}_count{{gen_ai_provider_name=~"$provider"}}, gen_ai_request_model)'
@@ -786,6 +805,15 @@ def latency_overview(min_interval: str) -> dict[str, Any]:
         "Firing and pending LLM alerts",
         description="Alerts from prometheus/rules/alerts.yml (names start with LLM).",
         w=8,
+    )
+    tightest = min(t.seconds[c] for t in targets if t.signal == "ttft" for c in t.seconds)
+    lay.traces(
+        f"Failed calls and calls over {seconds_text(tightest)} to first token (traces in Tempo)",
+        f'{{ span.{sc.GEN_AI_PROVIDER_NAME} =~ "${{provider:regex}}" && span.{sc.GEN_AI_REQUEST_MODEL} =~ '
+        f'"${{model:regex}}" && (status = error || span.{sc.FT_TIME_TO_FIRST_TOKEN} > {tightest:g}) }}',
+        description=f"Tempo search over the selected range: call spans that failed or waited longer than "
+        f"{seconds_text(tightest)} (the tightest TTFT target of prometheus/rules/targets.yml) for the first token. "
+        "The Collector's tail sampling keeps every such trace. Click a trace id to open its spans.",
     )
 
     lay.row("Time to first token p95 by traffic class")

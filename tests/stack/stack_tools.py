@@ -41,8 +41,6 @@ VARIABLES = {
     "$provider": ".*",
     "$model": ".*",
     "$traffic_class": ".*",
-    "$ttft_target": "1",
-    "$e2e_target": "10.24",
 }
 
 _METRIC_REF = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*[{\[]")

@@ -54,6 +54,7 @@ def test_committed_dashboards_are_the_generator_output() -> None:
 
 
 PROMETHEUS_VARIABLE = {"type": "prometheus", "uid": "${datasource}"}
+TEMPO_VARIABLE = {"type": "tempo", "uid": "${tempo}"}
 
 
 def test_dashboard_structure() -> None:
@@ -67,6 +68,7 @@ def test_dashboard_structure() -> None:
         # Imported into any Grafana: the Prometheus datasource is a variable, never a fixed uid.
         assert variables["datasource"]["type"] == "datasource", name
         assert variables["datasource"]["query"] == "prometheus", name
+        assert variables["tempo"]["type"] == "datasource" and variables["tempo"]["query"] == "tempo", name
         for var in variables.values():
             if var["type"] == "query":
                 assert var["datasource"] == PROMETHEUS_VARIABLE, f"{name} / ${var['name']}"
@@ -80,13 +82,15 @@ def test_dashboard_structure() -> None:
             assert panel["targets"], f"{where}: no query"
             # The SDKs export every 15 s (OTEL_METRIC_EXPORT_INTERVAL): a rate window spans >= 4 exports.
             assert panel["interval"] == "15s", where
-            for t in [panel, *panel["targets"]]:
-                assert t["datasource"] == PROMETHEUS_VARIABLE, f"{where}: datasource {t['datasource']}"
+            ds = panel["datasource"]
+            assert ds in (PROMETHEUS_VARIABLE, TEMPO_VARIABLE), f"{where}: datasource {ds}"
             for t in panel["targets"]:
-                used = set(re.findall(r"\$(\w+)", t["expr"])) - {"__rate_interval", "__interval", "__range"}
+                assert t["datasource"] == ds, f"{where}: datasource {t['datasource']}"
+                text = t["expr"] if ds == PROMETHEUS_VARIABLE else t["query"]
+                used = set(re.findall(r"\$\{?(\w+)", text)) - {"__rate_interval", "__interval", "__range"}
                 assert used <= set(variables), f"{where}: undefined variables {used - set(variables)}"
                 # Latency quantiles and heatmaps carry exemplars: a slow point opens its trace.
-                latency = "histogram_quantile" in t["expr"] and "_seconds_bucket" in t["expr"]
+                latency = "histogram_quantile" in text and "_seconds_bucket" in text
                 unit = panel["fieldConfig"]["defaults"].get("unit")
                 if panel["type"] == "heatmap" or (latency and panel["type"] == "timeseries" and unit == "s"):
                     assert t.get("exemplar") is True, f"{where}: latency query without exemplars"
@@ -98,13 +102,27 @@ def test_dashboard_structure() -> None:
                 assert panel["fieldConfig"]["defaults"]["custom"]["spanNulls"] is False, where
 
 
-def _query_panels() -> list[tuple[str, dict[str, Any]]]:
+def _query_panels(datasource: dict[str, str] = PROMETHEUS_VARIABLE) -> list[tuple[str, dict[str, Any]]]:
     return [
         (f"{name} / {panel['title']}", panel)
         for name, dash in dashboards().items()
         for panel in panels(dash)
-        if panel.get("targets")
+        if panel.get("targets") and panel["datasource"] == datasource
     ]
+
+
+def test_trace_searches_use_the_attributes_firsttoken_records() -> None:
+    """The Tempo panels' TraceQL: span attributes of semconv, the dashboard's variables as regexes."""
+    names = {v for v in vars(sc).values() if isinstance(v, str)}
+    searches = [(where, t["query"]) for where, panel in _query_panels(TEMPO_VARIABLE) for t in panel["targets"]]
+    assert searches
+    for where, traceql in searches:
+        attributes = re.findall(r"span\.([\w.]+)", traceql)
+        assert attributes and set(attributes) <= names, f"{where}: {set(attributes) - names}"
+        assert traceql.count("{") == traceql.count("}") and traceql.count("(") == traceql.count(")"), where
+        # Multi-value variables as one regex (a|b), All as .*: the :regex format.
+        assert all(f == "regex" for f in re.findall(r"\$\{\w+:(\w+)\}", traceql)), where
+        assert not re.search(r"\$\w", traceql), f"{where}: a bare $variable is not a TraceQL regex"
 
 
 def test_no_heatmap_counts_a_call_twice() -> None:
