@@ -12,6 +12,7 @@ at spans that were exported.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -320,3 +321,91 @@ def test_summary_table_has_one_row_per_model_called(live: Live) -> None:
     assert rows[("openai", "gpt-4o-mini")]["Errors"] == 0  # the 429 was retried: one successful call
     assert rows[("openai", "slow-model")]["TTFT p95"] >= 1.0  # queue_ms=1200
     assert rows[("anthropic", "claude-sim")]["Cache hits"] > 0
+
+
+class _SpelledHistograms:
+    """Histograms whose counts grow with every scrape, ``le`` spelled "1" or "1.0" per model.
+
+    Prometheus 3 scraping a text exposition stores integral bounds as "1.0"; the OTLP receiver
+    stores "1". The SLO queries must give the same shares on both.
+    """
+
+    TTFT = "firsttoken_client_time_to_first_token_seconds"
+    DURATION = "gen_ai_client_operation_duration_seconds"
+
+    def __init__(self) -> None:
+        self.scrapes = 0
+
+    @staticmethod
+    def ttft_share(bound: float) -> float:
+        return min(1.0, bound / 4)
+
+    @staticmethod
+    def e2e_share(bound: float) -> float:
+        return min(1.0, bound / 40)
+
+    def render(self) -> str:
+        self.scrapes += 1
+        n = self.scrapes * 100
+        lines = [f"# TYPE {self.TTFT} histogram", f"# TYPE {self.DURATION} histogram"]
+        for model, spell in (("short", lambda b: f"{b:g}"), ("float", lambda b: repr(float(b)))):
+            for traffic_class in ("interactive", "async", "batch", ""):
+                base = f'gen_ai_provider_name="sim",gen_ai_request_model="{model}"'
+                if traffic_class:
+                    base += f',firsttoken_traffic_class="{traffic_class}"'
+                for metric, buckets, share, labels in (
+                    (self.TTFT, sc.TTFT_BUCKETS, self.ttft_share, base),
+                    (self.DURATION, sc.DURATION_BUCKETS, self.e2e_share, base + ',error_type=""'),
+                ):
+                    for b in buckets:
+                        lines.append(f'{metric}_bucket{{{labels},le="{spell(b)}"}} {round(n * share(b))}')
+                    lines += [
+                        f'{metric}_bucket{{{labels},le="+Inf"}} {n}',
+                        f"{metric}_count{{{labels}}} {n}",
+                        f"{metric}_sum{{{labels}}} {n}",
+                    ]
+                # Failed calls: in every bucket, never a met end-to-end target.
+                failed = base + ',error_type="TimeoutError"'
+                lines += [f'{self.DURATION}_bucket{{{failed},le="{spell(b)}"}} {n // 4}' for b in sc.DURATION_BUCKETS]
+                lines += [
+                    f'{self.DURATION}_bucket{{{failed},le="+Inf"}} {n // 4}',
+                    f"{self.DURATION}_count{{{failed}}} {n // 4}",
+                    f"{self.DURATION}_sum{{{failed}}} 1",
+                ]
+        return "\n".join([*lines, "# EOF", ""])
+
+
+def test_slo_stats_read_le_spelled_1_and_1_0_alike() -> None:
+    need("prometheus")
+    data = _SpelledHistograms()
+    overview = dashboards()["llm-latency-overview.json"]
+    slo_targets = [t for p in panels(overview) if p["type"] == "stat" for t in p["targets"]]
+    assert slo_targets
+    with serve(data) as target:  # type: ignore[arg-type]
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [{"job_name": "spelled", "static_configs": [{"targets": [target]}]}],
+        }
+        with prometheus(config) as prom:
+            # Three scrapes: every series has a rate.
+            deadline = time.monotonic() + 30
+            samples = f"min(count_over_time({data.TTFT}_count[1m])) >= 3"
+            while not prom.query(samples):
+                assert time.monotonic() < deadline, prom.logs()
+                time.sleep(0.3)
+            checked = 0
+            for t in slo_targets:
+                expr = substitute(t["expr"])
+                bound = float(re.search(r'le=~?"([0-9.]+)', expr).group(1))  # type: ignore[union-attr]
+                # End-to-end: a failed call is a miss, successes under the bound / (successes + failures).
+                want = data.ttft_share(bound) if data.TTFT in expr else data.e2e_share(bound) / 1.25
+                assert 'gen_ai_request_model=~".*"' in expr, "one model at a time, below"
+                for model in ("short", "float"):
+                    result = prom.query(expr.replace('gen_ai_request_model=~".*"', f'gen_ai_request_model="{model}"'))
+                    assert len(result) == 1, (model, expr)
+                    assert float(result[0]["value"][1]) == pytest.approx(want, abs=0.01), (model, expr)
+                    checked += 1
+            assert checked == 2 * len(slo_targets)
+            # The check can fail: an exact le="1" finds nothing where "1.0" is stored.
+            assert prom.query(f'{data.TTFT}_bucket{{gen_ai_request_model="short", le="1"}}')
+            assert not prom.query(f'{data.TTFT}_bucket{{gen_ai_request_model="float", le="1"}}')
