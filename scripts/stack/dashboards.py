@@ -39,7 +39,8 @@ ALERTS_FILE = ROOT / "prometheus" / "rules" / "alerts.yml"
 PROMETHEUS = {"type": "prometheus", "uid": "${datasource}"}
 TEMPO = {"type": "tempo", "uid": "${tempo}"}
 # The interval the SDKs export metrics at (OTEL_METRIC_EXPORT_INTERVAL, 15 s by default in firsttoken):
-# every panel's minimum interval, so that $__rate_interval spans at least four exports.
+# every panel's minimum interval (no step finer than one export). $__rate_interval is at least four
+# times the datasource's scrape interval (timeInterval, also 15 s in grafana/provisioning/).
 MIN_INTERVAL = "15s"
 
 # Label selectors built from the dashboard variables.
