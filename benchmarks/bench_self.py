@@ -124,20 +124,86 @@ def driver(base_url: str, requests: int, concurrency: int) -> None:
     json.dump({"ttft_p50_ms": (p50 or 0) * 1000, "ok": len(ttft)}, sys.stdout)
 
 
+def accounting(base_url: str, requests: int, concurrency: int) -> dict[str, float]:
+    """bench in this process, with a stopwatch around each piece of its own per-request work."""
+    import contextlib
+    import functools
+    import io
+
+    import firsttoken
+    import firsttoken.cli.bench as bench_mod
+    import firsttoken.cli.bench_run as run_mod
+
+    blocks: list[int] = []
+
+    def timed(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                blocks.append(time.perf_counter_ns() - start)
+
+        return wrapper
+
+    # What bench adds to each request, next to the SDK call and firsttoken's own recording: the
+    # action around it (span, context), the span processor, reading the spans back into a sample,
+    # and the progress bar.
+    run_mod.fill = timed(run_mod.fill)
+    run_mod.Collector.on_end = timed(run_mod.Collector.on_end)  # type: ignore[method-assign]
+    run_mod.Collector.take = timed(run_mod.Collector.take)  # type: ignore[method-assign]
+    bench_mod.Progress.__call__ = timed(bench_mod.Progress.__call__)  # type: ignore[method-assign]
+    firsttoken.action.__enter__ = timed(firsttoken.action.__enter__)  # type: ignore[method-assign]
+    firsttoken.action.__exit__ = timed(firsttoken.action.__exit__)  # type: ignore[method-assign]
+    os.environ["OPENAI_API_KEY"] = "sk-bench-self"
+    wall = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        bench_mod.main(
+            ["--base-url", base_url, *WORKLOAD, "--requests", str(requests), "--concurrency", str(concurrency),
+             "--progress"]
+        )  # fmt: skip
+    wall = time.perf_counter() - wall
+    total = sum(blocks)
+    return {
+        "us_per_request": total / requests / 1000,
+        "longest_block_us": max(blocks) / 1000,
+        "p99_block_us": sorted(blocks)[int(len(blocks) * 0.99)] / 1000,
+        "loop_share": total / 1e9 / wall,
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--driver", metavar="BASE_URL", help=argparse.SUPPRESS)
+    p.add_argument("--accounting", metavar="BASE_URL", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.driver:
         driver(args.driver, args.requests, args.concurrency)
         return
+    if args.accounting:
+        json.dump(accounting(args.accounting, args.requests, args.concurrency), sys.stdout)
+        return
     sim, base_url = start_sim()
     try:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--accounting", base_url,
+             "--requests", str(args.requests), "--concurrency", str(args.concurrency)],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        acc = json.loads(proc.stdout)
+        print(
+            f"bench's own work per request: {acc['us_per_request']:.0f} us in all (action, span processor, "
+            f"reading the spans back, progress bar); longest single piece {acc['longest_block_us']:.0f} us, "
+            f"p99 piece {acc['p99_block_us']:.0f} us; {acc['loop_share']:.1%} of the run's wall time",
+            flush=True,
+        )
         reference = run_bench(base_url, 100, 1)
-        print(f"bench, concurrency 1, 100 requests: TTFT p50 {reference['ttft_p50_ms']:.2f} ms (uncontended)")
+        ttft = reference["ttft_p50_ms"]
+        print(f"bench, concurrency 1, 100 requests: TTFT p50 {ttft:.2f} ms (uncontended)", flush=True)
         rows: list[tuple[str, dict[str, Any]]] = []
         for n in range(args.rounds):
             for name, run in (("bench", run_bench), ("driver", run_driver)):

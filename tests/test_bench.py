@@ -127,9 +127,11 @@ def test_compare_orders_two_targets_of_known_speed(sim: Simulator, tmp_path: Pat
     out = tmp_path / "cmp.json"
     result = run_bench(
         "--base-url", sim.openai_base_url, "--model", "fast", "--model", "slow", "--compare", "slow,fast",
-        "--requests", "16", "--concurrency", "2", "--warmup", "1", "--json", str(out), "--no-progress",
+        "--requests", "16", "--concurrency", "2", "--warmup", "1", "--json", str(out),
+        "--progress",  # the bar, though stderr is not a terminal
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert "34/34" in result.stderr  # tqdm's bar ran to the end: (16 + 1 warm-up) x 2 targets
     doc = json.loads(out.read_text())
     # Interleaved: slow, fast, slow, fast ... in the order requests were issued.
     order = [r["target"] for r in sorted(doc["requests"], key=lambda r: r["seq"])]

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,34 @@ def test_console_errors_are_caught(tmp_path: Path) -> None:
     errors = console_messages(result.stderr)
     assert any("boom" in e for e in errors), result.stderr
     assert any("Uncaught ReferenceError: undefinedFunction" in e for e in errors), result.stderr
+
+
+def test_a_report_from_any_recorded_spans(telemetry: Any, sim: Simulator, tmp_path: Path) -> None:
+    """What ``firsttoken demo`` does: the same report from the spans an app recorded."""
+    import openai
+
+    from firsttoken.cli.bench_html import figures, write_html
+    from firsttoken.cli.bench_out import document_from_spans
+
+    client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k")
+    for model in ("a", "b", "a"):
+        for _ in client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            max_tokens=5,
+            stream_options={"include_usage": True},
+        ):
+            pass
+    client.chat.completions.create(model="b", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+    client.close()
+    doc = document_from_spans(telemetry.spans(), tool="test")
+    assert {n: s["n"] for n, s in doc["summaries"].items()} == {"openai a": 2, "openai b": 2}
+    assert doc["summaries"]["openai a"]["quantiles"]["ttft_s"]["n"] == 2
+    assert doc["summaries"]["openai b"]["quantiles"]["ttft_s"]["n"] == 1  # one of its calls was not streamed
+    assert all(r["phases"] and r["ok"] for r in doc["requests"])
+    ids = [f["id"] for f in figures(doc)]
+    assert {"cdf-ttft_s", "cdf-e2e_s", "ttft-input", "tps-time"} <= set(ids)
+    assert sum(i.startswith("waterfall") for i in ids) == 2
+    write_html(str(tmp_path / "r.html"), doc)
+    assert 'id="waterfall' in (tmp_path / "r.html").read_text()

@@ -164,7 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", metavar="PATH", help="every request's timeline as JSON")
     out.add_argument("--csv", metavar="PATH", help="one row per request")
     out.add_argument("--html", metavar="PATH", help="a self-contained HTML report")
-    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    out.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress bar on stderr (default: when stderr is a terminal)",
+    )
     return p
 
 
@@ -412,7 +417,7 @@ def _main(args: argparse.Namespace) -> int:
         return 1
     started_wall = time.time()
     clock = (time.process_time(), time.perf_counter())
-    show = (not args.no_progress and sys.stderr.isatty()) or _force_progress()
+    show = sys.stderr.isatty() if args.progress is None else args.progress
     progress = Progress(plan.total, show, args.duration)
     runner: Runner | None = None
     fatal: str | None = None
@@ -436,10 +441,6 @@ def _main(args: argparse.Namespace) -> int:
     cpu_s, wall_s = time.process_time() - clock[0], time.perf_counter() - clock[1]
     client = {"cpu_s": cpu_s, "wall_s": wall_s, "busy_share": cpu_s / wall_s if wall_s > 0 else None}
     return _report(args, targets, lanes, race, samples, fatal, started_wall, concurrency, client)
-
-
-def _force_progress() -> bool:
-    return os.environ.get("FIRSTTOKEN_BENCH_PROGRESS") == "1"
 
 
 async def _run(

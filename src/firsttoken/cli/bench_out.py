@@ -6,11 +6,12 @@ from __future__ import annotations
 import csv
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .bench_run import SETUP_PHASES, Sample
+from .. import semconv as sc
+from .bench_run import SETUP_PHASES, Collector, Sample, fill, is_call
 from .report import percentile
 
 QUANTILES = (50, 90, 95, 99)
@@ -278,6 +279,36 @@ def render_race(info: dict[str, Any], summaries: dict[str, Summary]) -> str:
         f"output tokens ({'-' if wasted is None else f'{wasted:.0%}'} of all tokens)"
     )
     return "\n".join(lines)
+
+
+# -- from any recorded spans (firsttoken demo) -----------------------------------------------
+
+
+def document_from_spans(spans: Iterable[Any], *, tool: str) -> dict[str, Any]:
+    """A bench-shaped document (summaries and every call's timeline) from finished spans.
+
+    Calls are grouped by provider and model; the HTML report reads this like a bench run's.
+    """
+    collector = Collector()
+    calls = []
+    for span in spans:
+        collector.on_end(span)
+        if is_call(span):
+            calls.append(span)
+    calls.sort(key=lambda c: c.start_time or 0)
+    start = calls[0].start_time or 0 if calls else 0
+    by_target: dict[str, list[Sample]] = {}
+    for n, call in enumerate(calls):
+        attrs = call.attributes or {}
+        name = f"{attrs.get(sc.GEN_AI_PROVIDER_NAME, '?')} {attrs.get(sc.GEN_AI_REQUEST_MODEL, '?')}"
+        sample = Sample(target=name, seq=n, warmup=False, start_s=0.0)
+        fill(sample, call, collector, start)
+        by_target.setdefault(name, []).append(sample)
+    return {
+        "tool": tool,
+        "summaries": {name: summarize(name, ss).as_json() for name, ss in sorted(by_target.items())},
+        "requests": [s.as_json() for ss in by_target.values() for s in ss],
+    }
 
 
 # -- files ------------------------------------------------------------------------------------

@@ -123,7 +123,8 @@ class Collector(SpanProcessor):
         return True
 
 
-def _is_call(span: ReadableSpan) -> bool:
+def is_call(span: ReadableSpan) -> bool:
+    """Whether a span is an LLM call's span (not a phase, action or other span)."""
     attrs = span.attributes or {}
     return sc.GEN_AI_OPERATION_NAME in attrs and sc.FT_PHASE not in attrs
 
@@ -335,7 +336,7 @@ class Runner:
             except Exception as e:
                 exc = e
         spans = self.collector.take(action_id)
-        calls = [s for s in spans if _is_call(s)]
+        calls = [s for s in spans if is_call(s)]
         if exc is not None:
             sample.error = type(exc).__qualname__
         if raced:
