@@ -43,6 +43,7 @@ class Timeline:
         "end_ns",
         "end_reason",
         "ended",
+        "endpoint",
         "error_type",
         "extra",
         "finish_reasons",
@@ -50,6 +51,7 @@ class Timeline:
         "first_token_ns",
         "headers_ns",
         "hidden_output_tokens",
+        "hints",
         "input_tokens",
         "last_chunk_ns",
         "last_token_ns",
@@ -142,6 +144,10 @@ class Timeline:
         self.prefix_hash: str | None = None
         self.conversation_turn: int | None = None
         self.new_client = False
+        self.endpoint: Any = None
+        """The ``providers.endpoints.Endpoint`` the call went to, when a provider hook resolved it."""
+        self.hints: dict[str, str] | None = None
+        """Response headers that name the server software or a gateway's upstream (transport)."""
         self.server_timing: dict[str, float] = {}
         """Provider-reported seconds by phase (queue, prompt, completion, processing)."""
         self.attempt_log: list[tuple[int, int | None]] = []

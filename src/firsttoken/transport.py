@@ -48,6 +48,9 @@ def register_response(response: Any, tl: Timeline) -> None:
 # -- response headers ------------------------------------------------------------------------
 
 
+HINT = "hint"
+"""Marks a header kept as is in ``Timeline.hints`` (name -> value)."""
+
 # Response headers worth keeping: name -> (attribute, parser). One pass over the raw headers, since
 # every lookup in an httpx Headers object scans them all.
 _HEADERS: dict[bytes, tuple[str, Callable[[str], Any]]] = {
@@ -63,6 +66,22 @@ _HEADERS: dict[bytes, tuple[str, Callable[[str], Any]]] = {
     b"x-ratelimit-reset-tokens": (sc.FT_RATELIMIT_RESET_TOKENS, str),
     b"anthropic-ratelimit-tokens-reset": (sc.FT_RATELIMIT_RESET_TOKENS, str),
     b"retry-after": (sc.FT_RETRY_AFTER, float),
+    # TGI (text-generation-inference), on whole responses: milliseconds.
+    b"x-queue-time": (sc.FT_SERVER_QUEUE_TIME, lambda v: float(v) / 1000.0),
+    b"x-inference-time": (sc.FT_SERVER_INFERENCE_TIME, lambda v: float(v) / 1000.0),
+    b"x-time-per-token": (sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN, lambda v: float(v) / 1000.0),
+    b"x-total-time": (sc.FT_SERVER_TOTAL_TIME, lambda v: float(v) / 1000.0),
+    # Headers that name the server software or a gateway's upstream: kept raw, for providers.endpoints.
+    b"server": (HINT, str),
+    b"x-compute-type": (HINT, str),
+    b"x-litellm-model-api-base": (HINT, str),
+    b"x-litellm-model-id": (HINT, str),
+}
+# Server-reported phases among those headers: attribute -> (phase of the server-timing metric, source).
+_PHASES: dict[str, tuple[str, str | None]] = {
+    sc.FT_SERVER_PROCESSING_TIME: ("processing", None),
+    sc.FT_SERVER_QUEUE_TIME: ("queue", "tgi"),
+    sc.FT_SERVER_INFERENCE_TIME: ("inference", "tgi"),
 }
 
 
@@ -81,10 +100,17 @@ def read_headers(tl: Timeline, headers: Any) -> None:
             continue
         if key == "request_id":
             tl.request_id = parsed
+        elif key is HINT:
+            if tl.hints is None:
+                tl.hints = {}
+            tl.hints[name.lower().decode("latin-1")] = parsed
         else:
             tl.extra[key] = parsed
-            if key == sc.FT_SERVER_PROCESSING_TIME:
-                tl.server_timing["processing"] = parsed
+            phase = _PHASES.get(key)
+            if phase is not None:
+                tl.server_timing[phase[0]] = parsed
+                if phase[1] is not None:
+                    tl.extra[sc.FT_SERVER_TIMING_SOURCE] = phase[1]
 
 
 # -- the httpcore trace extension: wire phases ------------------------------------------------

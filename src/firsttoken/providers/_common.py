@@ -6,7 +6,7 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from importlib import metadata
 from typing import Any
@@ -19,56 +19,17 @@ from ..config import warn
 from ..context import CALL_START
 from ..streams import is_running, watch
 from ..timeline import STREAM_TEXT_KEY, Timeline
+from .endpoints import Resolver
 
 log = logging.getLogger("firsttoken")
 
-ProviderResolver = Callable[[str | None, str], str]
-"""``provider_of(host, default)`` -> ``gen_ai.provider.name``."""
-
-# Hosts of well-known providers (values from the GenAI conventions' list where it has them).
-KNOWN_HOSTS: Mapping[str, str] = {
-    "api.openai.com": "openai",
-    "api.anthropic.com": "anthropic",
-    "api.groq.com": "groq",
-    "api.deepseek.com": "deepseek",
-    "api.mistral.ai": "mistral_ai",
-    "api.x.ai": "x_ai",
-    "api.perplexity.ai": "perplexity",
-    "api.cohere.ai": "cohere",
-    "api.cohere.com": "cohere",
-    "api.moonshot.ai": "moonshot_ai",
-    "generativelanguage.googleapis.com": "gcp.gemini",
-    "api.cerebras.ai": "cerebras",
-    "api.fireworks.ai": "fireworks",
-    "api.together.xyz": "together",
-    "openrouter.ai": "openrouter",
-}
-KNOWN_SUFFIXES: tuple[tuple[str, str], ...] = (
-    (".openai.azure.com", "azure.ai.openai"),
-    (".cognitiveservices.azure.com", "azure.ai.openai"),
-    (".services.ai.azure.com", "azure.ai.inference"),
-    (".models.ai.azure.com", "azure.ai.inference"),
-    ("aiplatform.googleapis.com", "gcp.vertex_ai"),
-    (".amazonaws.com", "aws.bedrock"),
-)
+ProviderResolver = Resolver
+"""``provider_of(host, default)`` -> ``gen_ai.provider.name``, and ``.endpoint(...)`` per client."""
 
 
-def provider_resolver(overrides: Mapping[str, str]) -> ProviderResolver:
+def provider_resolver(overrides: Mapping[str, str]) -> Resolver:
     """Name the provider behind a host: user overrides, then known hosts, else the SDK's own."""
-
-    def provider_of(host: str | None, default: str) -> str:
-        if not host:
-            return default
-        host = host.lower()
-        found = overrides.get(host) or KNOWN_HOSTS.get(host)
-        if found:
-            return found
-        for suffix, name in KNOWN_SUFFIXES:
-            if host.endswith(suffix):
-                return name
-        return default
-
-    return provider_of
+    return Resolver(overrides)
 
 
 def server_of(base_url: Any) -> tuple[str | None, int | None]:

@@ -29,6 +29,7 @@ from ..timeline import Timeline
 from ..transport import call_for_response, register_response
 from . import _common as common
 from . import _levers as levers
+from .endpoints import Endpoint
 
 log = logging.getLogger("firsttoken")
 
@@ -60,19 +61,19 @@ class CallHooks:
     def __init__(self, recorder: Recorder, provider_of: common.ProviderResolver) -> None:
         self.recorder = recorder
         self.provider_of = provider_of
-        self._servers: dict[int, tuple[Any, str | None, int | None, str]] = {}
-        """id(base URL) -> (the URL, server.address, server.port, provider): worked out once per client."""
+        self._servers: dict[int, tuple[Any, str | None, int | None, Endpoint]] = {}
+        """id(base URL) -> (the URL, server.address, server.port, endpoint): worked out once per client."""
 
-    def _server(self, base_url: Any) -> tuple[str | None, int | None, str]:
+    def _server(self, base_url: Any) -> tuple[str | None, int | None, Endpoint]:
         known = self._servers.get(id(base_url))
         if known is not None and known[0] is base_url:
             return known[1], known[2], known[3]
         host, port = common.server_of(base_url)
-        provider = self.provider_of(host, self.provider)
+        endpoint = self.provider_of.endpoint(host, port, self.provider, str(getattr(base_url, "path", "") or ""))
         if len(self._servers) >= 256:  # clients made per call: start over rather than grow
             self._servers = {}
-        self._servers[id(base_url)] = (base_url, host, port, provider)
-        return host, port, provider
+        self._servers[id(base_url)] = (base_url, host, port, endpoint)
+        return host, port, endpoint
 
     # -- what providers define ------------------------------------------------------------
 
@@ -105,9 +106,9 @@ class CallHooks:
             what = self.describe(options, body, stream)
             if what is None:
                 return None
-            host, port, provider = self._server(getattr(instance, "base_url", None))
+            host, port, endpoint = self._server(getattr(instance, "base_url", None))
             tl = Timeline(
-                provider=provider,
+                provider=endpoint.provider,
                 operation=what.operation,
                 request_model=what.model,
                 server_address=host,
@@ -117,6 +118,8 @@ class CallHooks:
                 start=CALL_START.get(),
             )
             tl.api_type = what.api_type
+            tl.endpoint = endpoint
+            tl.extra[sc.FT_PROVIDER_SOURCE] = endpoint.source
             tl.traffic_class = TRAFFIC_CLASS.get()
             tl.conversation_id = CONVERSATION_ID.get()
             tl.action = CURRENT_ACTION.get()

@@ -31,6 +31,7 @@ from ..recorder import Recorder
 from ..streams import Observer
 from ..timeline import Timeline
 from . import _common as common
+from . import endpoints
 from ._hooks import CallDescription, CallHooks
 
 SUPPORTED = ">=2.0,<3"
@@ -119,6 +120,7 @@ def read_result(tl: Timeline, result: Any) -> None:
             tl.extra[sc.FT_COUNTED_INPUT_TOKENS] = tokens
         return
     read_message(tl, result)
+    endpoints.refine(tl, result)
     if tl.capture is not None and g(result, "content") is not None:
         tl.capture[sc.GEN_AI_OUTPUT_MESSAGES] = common.to_json([{"role": "assistant", "content": g(result, "content")}])
 
@@ -136,6 +138,7 @@ def observe_event(tl: Timeline, event: Any, now: int) -> None:
                 common.append_output(tl, delta.text)
     elif kind == "message_start":
         read_message(tl, event.message)
+        endpoints.refine(tl)
     elif kind == "message_delta":
         reason = event.delta.stop_reason
         if reason is not None:

@@ -22,8 +22,8 @@ from ..timeline import Timeline
 from . import _common as common
 from . import _levers as levers
 from . import anthropic as anthropic_hooks
+from . import endpoints, server_timing
 from . import openai as openai_hooks
-from . import server_timing
 
 log = logging.getLogger("firsttoken")
 
@@ -79,8 +79,9 @@ def start(recorder: Recorder, provider_of: common.ProviderResolver, request: Any
     url = request.url
     host = url.host or None
     port = url.port or (443 if url.scheme == "https" else 80)
+    endpoint = provider_of.endpoint(host, port, family, url.path)
     tl = Timeline(
-        provider=provider_of(host, family),
+        provider=endpoint.provider,
         operation=operation,
         request_model=model if isinstance(model, str) else None,
         server_address=host,
@@ -89,6 +90,8 @@ def start(recorder: Recorder, provider_of: common.ProviderResolver, request: Any
         on_finish=recorder.finish,
     )
     tl.api_type = api_type
+    tl.endpoint = endpoint
+    tl.extra[sc.FT_PROVIDER_SOURCE] = endpoint.source
     tl.traffic_class = TRAFFIC_CLASS.get()
     tl.conversation_id = CONVERSATION_ID.get()
     if tl.conversation_id is not None:
@@ -116,6 +119,7 @@ def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int
             tl.output_token(now)
         elif kind == "message_start":
             anthropic_hooks.read_message(tl, event.get("message") or {})
+            endpoints.refine(tl)
         elif kind == "message_delta":
             reason = (event.get("delta") or {}).get("stop_reason")
             if reason:
@@ -129,12 +133,14 @@ def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int
             response = event.get("response") or {}
             openai_hooks.read_identity(tl, response)
             openai_hooks.read_usage(tl, response.get("usage"))
+            endpoints.refine(tl, response)
             reason = openai_hooks.responses_finish_reason(response)
             if reason:
                 tl.finish_reasons[0] = reason
             return True
         return False
     produced = False
+    final = not event.get("choices")
     for choice in event.get("choices") or ():
         delta = choice.get("delta") or {}
         if delta.get("content") or delta.get("tool_calls") or delta.get("refusal") or delta.get("reasoning_content"):
@@ -143,6 +149,7 @@ def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int
             produced = True
         if choice.get("finish_reason"):
             tl.finish_reasons[choice.get("index", 0)] = choice["finish_reason"]
+            final = True
     if produced:
         tl.output_token(now)
     if event.get("usage"):
@@ -150,6 +157,8 @@ def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int
     if tl.response_id is None:
         openai_hooks.read_identity(tl, event)
     server_timing.read(tl, event)
+    if final:
+        endpoints.refine(tl, event)
     return False
 
 

@@ -23,7 +23,7 @@ from ..recorder import Recorder
 from ..streams import Observer
 from ..timeline import Timeline
 from . import _common as common
-from . import server_timing
+from . import endpoints, server_timing
 from ._hooks import CallDescription, CallHooks
 
 log = logging.getLogger("firsttoken")
@@ -196,6 +196,7 @@ def read_result(tl: Timeline, result: Any) -> None:
     read_identity(tl, result)
     read_usage(tl, g(result, "usage"))
     server_timing.read(tl, result)
+    endpoints.refine(tl, result)
     if tl.api_type == _API_RESPONSES:
         reason = responses_finish_reason(result)
         if reason:
@@ -250,8 +251,10 @@ def observe_chat_chunk(tl: Timeline, chunk: Any, now: int) -> None:
     usage = chunk.usage
     if usage is not None:
         read_usage(tl, usage)
-    if final and chunk.model_extra:  # provider timing rides on the last chunks (Groq, Cerebras)
-        server_timing.read(tl, chunk)
+    if final:
+        if chunk.model_extra:  # provider timing rides on the last chunks (Groq, Cerebras, llama.cpp)
+            server_timing.read(tl, chunk)
+        endpoints.refine(tl, chunk)
     if tl.response_id is None:
         read_identity(tl, chunk)
 
@@ -304,6 +307,7 @@ def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
         response = event.response
         read_identity(tl, response)
         read_usage(tl, response.usage)
+        endpoints.refine(tl, response)
         reason = responses_finish_reason(response)
         if reason:
             tl.finish_reasons[0] = reason

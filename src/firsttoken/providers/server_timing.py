@@ -5,6 +5,14 @@
   and the same under ``x_groq.usage`` on the final chunk of a stream.
 * Cerebras: ``time_info.queue_time|prompt_time|completion_time|total_time`` on whole responses and
   on the final chunk of a stream.
+* llama.cpp's ``llama-server``: ``timings`` (milliseconds and token counts: ``prompt_n`` tokens
+  evaluated in ``prompt_ms``, ``cache_n`` taken from its cache, ``predicted_n`` generated in
+  ``predicted_ms``) on whole OpenAI-style responses and on the last chunk of a stream. Its
+  Anthropic Messages endpoint returns none.
+* vLLM: ``metrics`` (``queue_time_ms``, ``time_to_first_token_ms``, ``generation_time_ms``,
+  ``mean_itl_ms``) where the server sends it.
+* TGI: the ``x-queue-time``/``x-inference-time``/``x-time-per-token`` headers of whole responses
+  (read by :mod:`firsttoken.transport`).
 
 The SDK models keep unknown fields (pydantic ``extra="allow"``), so these are read off the parsed
 objects, or off plain dicts for raw responses.
@@ -40,8 +48,61 @@ def _take(tl: Timeline, timing: Any, source: str) -> bool:
     return found
 
 
+def _number(obj: Any, name: str) -> float | None:
+    value = get(obj, name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None
+
+
+def _llama_cpp(tl: Timeline, timings: Any) -> None:
+    prompt_ms, predicted_ms = _number(timings, "prompt_ms"), _number(timings, "predicted_ms")
+    if prompt_ms is not None:
+        tl.extra[sc.FT_SERVER_PROMPT_TIME] = tl.server_timing["prompt"] = prompt_ms / 1000.0
+    if predicted_ms is not None:
+        tl.extra[sc.FT_SERVER_COMPLETION_TIME] = tl.server_timing["completion"] = predicted_ms / 1000.0
+    per_token = _number(timings, "predicted_per_token_ms")
+    if per_token is not None:
+        tl.extra[sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN] = per_token / 1000.0
+    for field, attr in (
+        ("prompt_n", sc.FT_SERVER_PROMPT_TOKENS),
+        ("cache_n", sc.FT_SERVER_CACHED_TOKENS),
+        ("predicted_n", sc.FT_SERVER_COMPLETION_TOKENS),
+    ):
+        value = get(timings, field)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            tl.extra[attr] = value
+    tl.extra[sc.FT_SERVER_TIMING_SOURCE] = "llama.cpp"
+
+
+def _vllm(tl: Timeline, metrics: Any) -> None:
+    found = False
+    for field, phase, attr in (
+        ("queue_time_ms", "queue", sc.FT_SERVER_QUEUE_TIME),
+        ("time_to_first_token_ms", "first_token", sc.FT_SERVER_FIRST_TOKEN_TIME),
+        ("generation_time_ms", "completion", sc.FT_SERVER_COMPLETION_TIME),
+        ("mean_itl_ms", None, sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN),
+    ):
+        ms = _number(metrics, field)
+        if ms is not None:
+            tl.extra[attr] = ms / 1000.0
+            if phase is not None:
+                tl.server_timing[phase] = ms / 1000.0
+            found = True
+    if found:
+        tl.extra[sc.FT_SERVER_TIMING_SOURCE] = "vllm"
+
+
 def read(tl: Timeline, obj: Any) -> None:
     """Provider timing from a whole response or a (final) streamed chunk, if it carries any."""
+    timings = get(obj, "timings")
+    if timings is not None:
+        _llama_cpp(tl, timings)
+        return
+    metrics = get(obj, "metrics")
+    if metrics is not None and get(metrics, "time_to_first_token_ms") is not None:
+        _vllm(tl, metrics)
+        return
     x_groq = get(obj, "x_groq")
     if x_groq is not None and _take(tl, get(x_groq, "usage"), "groq"):
         return

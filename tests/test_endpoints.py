@@ -1,0 +1,228 @@
+"""Who served a call, and what the server says about its own time: one test per row of docs/providers.md.
+
+Host rows are checked on the resolver; server and gateway rows replay a response (recorded from a
+real server, or shaped from the server's source where noted in the cassette) through the real
+openai SDK, over a real socket, and read the call span.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import yaml
+
+import firsttoken
+from firsttoken import semconv as sc
+from firsttoken.config import ConfigError, load
+from firsttoken.providers.endpoints import Resolver, is_private
+from firsttoken.sim import LatencyModel, Simulator
+
+from .conftest import Telemetry
+
+RECORDINGS = Path(__file__).parent / "recordings" / "endpoints"
+FAST = LatencyModel(queue_ms=1, decode_tokens_per_s=2000, jitter=0)
+
+HOSTS = [
+    ("api.openai.com", "openai"),
+    ("api.anthropic.com", "anthropic"),
+    ("my-resource.openai.azure.com", "azure.ai.openai"),
+    ("my-resource.cognitiveservices.azure.com", "azure.ai.openai"),
+    ("my-project.services.ai.azure.com", "azure.ai.inference"),
+    ("api.groq.com", "groq"),
+    ("api.cerebras.ai", "cerebras"),
+    ("api.together.xyz", "together"),
+    ("api.together.ai", "together"),
+    ("api.fireworks.ai", "fireworks"),
+    ("api.deepseek.com", "deepseek"),
+    ("api.mistral.ai", "mistral_ai"),
+    ("api.x.ai", "x_ai"),
+    ("api.perplexity.ai", "perplexity"),
+    ("generativelanguage.googleapis.com", "gcp.gemini"),
+    ("us-central1-aiplatform.googleapis.com", "gcp.vertex_ai"),
+    ("bedrock-runtime.us-east-1.amazonaws.com", "aws.bedrock"),
+    ("openrouter.ai", "openrouter"),
+    ("api.portkey.ai", "portkey"),
+    ("gateway.ai.cloudflare.com", "cloudflare.ai_gateway"),
+]
+
+
+@pytest.mark.parametrize(("host", "provider"), HOSTS)
+def test_known_hosts(host: str, provider: str) -> None:
+    endpoint = Resolver().endpoint(host, 443, "openai")
+    assert (endpoint.provider, endpoint.source, endpoint.settled) == (provider, "host", True)
+    assert Resolver().endpoint(host.upper(), 443, "openai").provider == provider
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "10.1.2.3", "192.168.0.7", "::1", "vllm", "llm.internal"])
+def test_private_hosts_keep_the_sdk_name_until_a_response_says_otherwise(host: str) -> None:
+    assert is_private(host)
+    endpoint = Resolver().endpoint(host, 8080, "anthropic")
+    assert (endpoint.provider, endpoint.source, endpoint.settled) == ("anthropic", "sdk", False)
+
+
+def test_public_unknown_host_is_not_private() -> None:
+    assert not is_private("llm.example.com")
+    assert not is_private("8.8.8.8")
+    assert Resolver().endpoint("llm.example.com", 443, "openai").source == "sdk"
+
+
+def test_config_by_host_and_port_wins_over_host_and_default() -> None:
+    resolver = Resolver({"127.0.0.1:8080": "llama.cpp", "127.0.0.1": "vllm", "api.groq.com": "my-groq"})
+    assert resolver.endpoint("127.0.0.1", 8080, "openai").provider == "llama.cpp"
+    assert resolver.endpoint("127.0.0.1", 8000, "openai").provider == "vllm"
+    assert resolver.endpoint("api.groq.com", 443, "openai").provider == "my-groq"
+    assert resolver.endpoint("127.0.0.1", 8000, "openai").source == "config"
+    assert resolver("127.0.0.1", "openai") == "vllm"
+
+
+def test_env_override_is_parsed_and_bad_entries_get_one_error() -> None:
+    settings = load(environ={"FIRSTTOKEN_PROVIDER_HOSTS": "127.0.0.1:8080=llama.cpp, llm.internal=vllm"})
+    assert settings.provider_hosts == {"127.0.0.1:8080": "llama.cpp", "llm.internal": "vllm"}
+    with pytest.raises(ConfigError, match="FIRSTTOKEN_PROVIDER_HOSTS"):
+        load(environ={"FIRSTTOKEN_PROVIDER_HOSTS": "llm.internal"})
+
+
+@pytest.mark.parametrize(
+    ("path", "upstream"),
+    [
+        ("/v1/acct/gw/openai", "openai"),
+        ("/v1/acct/gw/workers-ai", "workers-ai"),
+        ("/v1/acct/gw/google-ai-studio/v1beta", "gcp.gemini"),
+        ("/v1/acct/gw/compat", None),
+    ],
+)
+def test_cloudflare_gateway_upstream_comes_from_the_base_url(path: str, upstream: str | None) -> None:
+    endpoint = Resolver().endpoint("gateway.ai.cloudflare.com", 443, "openai", path)
+    assert endpoint.gateway and endpoint.upstream == upstream
+
+
+# -- responses ----------------------------------------------------------------------------------
+
+
+def _replay(cassette: Path, provider_hosts: dict[str, str] | None = None, calls: int = 1) -> list[dict[str, Any]]:
+    """Replay a cassette's request ``calls`` times through the real openai SDK; the call spans' attributes."""
+    data = yaml.safe_load(cassette.read_text())
+    body = json.loads(data["interactions"][0]["request"]["body"])
+    t = Telemetry()
+    options: dict[str, Any] = {} if provider_hosts is None else {"provider_hosts": provider_hosts}
+    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, **options)
+    try:
+        with Simulator(replay=[cassette], latency=FAST) as sim:
+            client = openai.OpenAI(base_url=sim.openai_base_url, api_key="sk-test", max_retries=0)
+            for _ in range(calls):
+                result = client.chat.completions.create(**body)
+                if body.get("stream"):
+                    list(result)
+    finally:
+        firsttoken.uninstrument()
+    spans = t.calls()
+    assert len(spans) == calls
+    return [dict(span.attributes or {}) for span in spans]
+
+
+def test_llama_cpp_timings_are_server_timing_and_the_gguf_path_is_the_model() -> None:
+    first, second = _replay(RECORDINGS / "llama_cpp_chat_stream.yaml", calls=2)
+    for attrs in (first, second):
+        assert attrs[sc.GEN_AI_PROVIDER_NAME] == "llama.cpp"
+        assert attrs[sc.FT_PROVIDER_SOURCE] == "response"
+        assert attrs[sc.GEN_AI_RESPONSE_MODEL].endswith("SmolLM2-135M-Instruct-Q4_1.gguf")
+        assert attrs[sc.GEN_AI_REQUEST_MODEL] == "smollm2"
+        assert attrs[sc.FT_SERVER_TIMING_SOURCE] == "llama.cpp"
+        assert attrs[sc.FT_SERVER_PROMPT_TIME] == pytest.approx(0.0425)
+        assert attrs[sc.FT_SERVER_COMPLETION_TIME] == pytest.approx(0.0303)
+        assert attrs[sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN] == pytest.approx(0.0101)
+        assert (attrs[sc.FT_SERVER_PROMPT_TOKENS], attrs[sc.FT_SERVER_CACHED_TOKENS]) == (11, 20)
+        assert attrs[sc.FT_SERVER_COMPLETION_TOKENS] == 3
+        assert attrs[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 20
+        # Client measurements stay client measurements.
+        assert attrs[sc.FT_TIME_TO_FIRST_TOKEN] != attrs[sc.FT_SERVER_PROMPT_TIME]
+
+
+def test_server_timing_metric_gets_llama_cpp_phases() -> None:
+    data = yaml.safe_load((RECORDINGS / "llama_cpp_chat_stream.yaml").read_text())
+    body = json.loads(data["interactions"][0]["request"]["body"])
+    t = Telemetry()
+    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
+    try:
+        with Simulator(replay=[RECORDINGS / "llama_cpp_chat_stream.yaml"], latency=FAST) as sim:
+            client = openai.OpenAI(base_url=sim.openai_base_url, api_key="sk-test", max_retries=0)
+            list(client.chat.completions.create(**body))
+    finally:
+        firsttoken.uninstrument()
+    points = {
+        p.attributes[sc.FT_SERVER_TIMING_PHASE]: (p.sum, p.attributes[sc.GEN_AI_PROVIDER_NAME])
+        for p in t.metrics()[sc.M_SERVER_TIMING]
+    }
+    assert points == {
+        "prompt": (pytest.approx(0.0425), "llama.cpp"),
+        "completion": (pytest.approx(0.0303), "llama.cpp"),
+    }
+
+
+def test_vllm_fields_name_the_server_and_its_metrics_are_server_timing() -> None:
+    first, second = _replay(RECORDINGS / "vllm_chat.yaml", calls=2)
+    assert first[sc.GEN_AI_PROVIDER_NAME] == "vllm"
+    assert first[sc.FT_PROVIDER_SOURCE] == "response"
+    assert second[sc.FT_PROVIDER_SOURCE] == "response"  # learned once, for the endpoint
+    assert first[sc.FT_SERVER_TIMING_SOURCE] == "vllm"
+    assert first[sc.FT_SERVER_QUEUE_TIME] == pytest.approx(0.0025)
+    assert first[sc.FT_SERVER_FIRST_TOKEN_TIME] == pytest.approx(0.0415)
+    assert first[sc.FT_SERVER_COMPLETION_TIME] == pytest.approx(0.018)
+    assert first[sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN] == pytest.approx(0.009)
+    assert first[sc.GEN_AI_RESPONSE_MODEL] == "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_sglang_stream_choice_field_names_the_server() -> None:
+    (attrs,) = _replay(RECORDINGS / "sglang_chat_stream.yaml")
+    assert attrs[sc.GEN_AI_PROVIDER_NAME] == "sglang"
+    assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == 12
+    assert sc.FT_SERVER_TIMING_SOURCE not in attrs  # SGLang's OpenAI responses carry no timing
+
+
+def test_ollama_fingerprint_names_the_server() -> None:
+    (attrs,) = _replay(RECORDINGS / "ollama_chat.yaml")
+    assert attrs[sc.GEN_AI_PROVIDER_NAME] == "ollama"
+    assert attrs[sc.GEN_AI_RESPONSE_MODEL] == "llama3.2:1b"
+    assert sc.FT_SERVER_TIMING_SOURCE not in attrs
+
+
+def test_tgi_headers_name_the_server_and_give_its_timing() -> None:
+    (attrs,) = _replay(RECORDINGS / "tgi_chat.yaml")
+    assert attrs[sc.GEN_AI_PROVIDER_NAME] == "tgi"
+    assert attrs[sc.FT_SERVER_TIMING_SOURCE] == "tgi"
+    assert attrs[sc.FT_SERVER_QUEUE_TIME] == pytest.approx(0.004)
+    assert attrs[sc.FT_SERVER_INFERENCE_TIME] == pytest.approx(0.056)
+    assert attrs[sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN] == pytest.approx(0.018)
+    assert attrs[sc.FT_SERVER_TOTAL_TIME] == pytest.approx(0.061)
+
+
+def test_openrouter_names_the_upstream_provider() -> None:
+    (attrs,) = _replay(RECORDINGS / "openrouter_chat.yaml", provider_hosts={"127.0.0.1": "openrouter"})
+    assert attrs[sc.GEN_AI_PROVIDER_NAME] == "openrouter"
+    assert attrs[sc.FT_PROVIDER_SOURCE] == "config"
+    assert attrs[sc.FT_UPSTREAM_PROVIDER] == "Groq"
+    assert attrs[sc.GEN_AI_RESPONSE_MODEL] == "meta-llama/llama-3.1-8b-instruct"
+
+
+def test_litellm_headers_name_the_gateway_and_its_upstream() -> None:
+    (attrs,) = _replay(RECORDINGS / "litellm_chat.yaml")
+    assert attrs[sc.GEN_AI_PROVIDER_NAME] == "litellm"
+    assert attrs[sc.FT_UPSTREAM_PROVIDER] == "groq"
+
+
+def test_simulator_stays_the_sdk_provider() -> None:
+    """No evidence, no change: the simulator on loopback is what the SDK says it talks to."""
+    t = Telemetry()
+    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
+    try:
+        with Simulator(latency=FAST) as sim:
+            client = openai.OpenAI(base_url=sim.openai_base_url, api_key="sk-test", max_retries=0)
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    finally:
+        firsttoken.uninstrument()
+    attrs = t.call().attributes or {}
+    assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == ("openai", "sdk")
