@@ -1032,8 +1032,22 @@ def where_the_time_goes(min_interval: str) -> dict[str, Any]:
         unit="s",
         w=24,
         description="What the provider reports, never measured by the client: OpenAI's processing time "
-        "(openai-processing-ms), Groq and Cerebras queue, prompt and completion times. Compare with the server "
-        "wait phase above: the difference is the network and the provider's front end.",
+        "(openai-processing-ms), Groq and Cerebras queue, prompt and completion times, llama.cpp's prompt and "
+        "generation times, TGI's queue and inference times, vLLM's queue, first-token and generation times. "
+        "Compare with the server wait phase above: the difference is the network and the provider's front end.",
+    )
+    prefill = f'{CALL}, firsttoken_server_timing_phase="prompt"'
+    lay.timeseries(
+        "Time to first token: server prefill vs the rest (mean)",
+        [
+            target(mean(SERVER_TIMING, BY_MODEL, prefill), f"server prefill {MODEL}"),
+            target(f"{mean(TTFT, BY_MODEL)} - {mean(SERVER_TIMING, BY_MODEL, prefill)}", f"network + queue {MODEL}"),
+        ],
+        unit="s",
+        stack=True,
+        w=24,
+        description="Where the server reports its prompt (prefill) time (Groq, Cerebras, llama.cpp): client TTFT "
+        "minus the server's prefill is what the network, the server's queue and its front end added.",
     )
     return dashboard(
         "firsttoken-wire",
