@@ -146,8 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--duration", type=_positive_float, help="run for this many seconds instead of --requests")
     load.add_argument("--concurrency", type=_positive_int, help="closed loop: requests in flight (default: 4)")
     load.add_argument("--rate", type=_positive_float, help="open loop: requests started per second (Poisson)")
-    load.add_argument("--warmup", type=_non_negative_int, default=2, help="unmeasured requests per target first")
-    load.add_argument("--timeout", type=_positive_float, default=60.0, help="SDK timeout per request, s")
+    load.add_argument(
+        "--warmup", type=_non_negative_int, default=2, help="unmeasured requests first, per target (default: 2)"
+    )
+    load.add_argument("--timeout", type=_positive_float, default=60.0, help="SDK timeout per request, s (default: 60)")
     load.add_argument("--max-retries", type=_non_negative_int, default=2, help="SDK retries (default: 2)")
     load.add_argument("--seed", type=int, default=0, help="seed of prompts, arrivals and bootstrap")
     modes = p.add_argument_group("compare and race")

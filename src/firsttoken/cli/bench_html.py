@@ -196,3 +196,16 @@ def write_html(path: str, document: dict[str, Any], *, title: str = "firsttoken 
     text = render(document, title=title)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def write_spans_report(spans: Any, path: str, *, title: str) -> str:
+    """The report of any recorded calls (``firsttoken demo``); returns the line to print."""
+    from .bench_out import document_from_spans
+
+    try:
+        write_html(path, document_from_spans(spans, tool=title), title=title)
+    except ReportError as exc:
+        return f"No HTML report: {exc}."
+    except OSError as exc:
+        return f"No HTML report: cannot write {path}: {exc.strerror}."
+    return f"HTML report (charts of every call above): {path}"
