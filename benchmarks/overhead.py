@@ -43,7 +43,9 @@ SHORT, LONG = 8, 256
 def _serve(conn: Any) -> None:
     from firsttoken.sim import LatencyModel, Simulator
 
-    fast = LatencyModel(queue_ms=0, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=1_000_000, jitter=0)
+    fast = LatencyModel(
+        queue_ms=0, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=1_000_000, jitter=0, output_tokens=LONG
+    )
     with Simulator(latency=fast, seed=0) as sim:
         conn.send((sim.openai_base_url, sim.anthropic_base_url))
         conn.recv()  # until the parent is done
@@ -63,26 +65,91 @@ def _simulator() -> Iterator[tuple[str, str]]:
 
 
 Workload = Callable[[Any, int, int], float]
+MESSAGES = [{"role": "user", "content": "Benchmark me."}]
+
+
+def _openai_chat(client: Any, calls: int, tokens: int) -> float:
+    start = time.process_time()
+    for _ in range(calls):
+        for _chunk in client.chat.completions.create(
+            model="bench", messages=MESSAGES, max_tokens=tokens, stream=True, stream_options={"include_usage": True}
+        ):
+            pass
+    return (time.process_time() - start) / calls
+
+
+def _openai_responses(client: Any, calls: int, tokens: int) -> float:
+    start = time.process_time()
+    for _ in range(calls):
+        stream = client.responses.create(model="bench", input="Benchmark me.", max_output_tokens=tokens, stream=True)
+        for _event in stream:
+            pass
+    return (time.process_time() - start) / calls
+
+
+def _anthropic_create(client: Any, calls: int, tokens: int) -> float:
+    start = time.process_time()
+    for _ in range(calls):
+        for _event in client.messages.create(model="bench", messages=MESSAGES, max_tokens=tokens, stream=True):
+            pass
+    return (time.process_time() - start) / calls
+
+
+async def _openai_chat_async(client: Any, calls: int, tokens: int) -> None:
+    for _ in range(calls):
+        stream = await client.chat.completions.create(
+            model="bench", messages=MESSAGES, max_tokens=tokens, stream=True, stream_options={"include_usage": True}
+        )
+        async for _chunk in stream:
+            pass
+
+
+async def _anthropic_create_async(client: Any, calls: int, tokens: int) -> None:
+    for _ in range(calls):
+        stream = await client.messages.create(model="bench", messages=MESSAGES, max_tokens=tokens, stream=True)
+        async for _event in stream:
+            pass
+
+
+def _in_loop(calls_async: Callable[[Any, int, int], Any]) -> Workload:
+    """A workload of async calls, run in an event loop that the client carries along: (loop, client)."""
+
+    def run(target: Any, calls: int, tokens: int) -> float:
+        loop, client = target
+        start = time.process_time()
+        loop.run_until_complete(calls_async(client, calls, tokens))
+        return (time.process_time() - start) / calls
+
+    return run
 
 
 def _workloads(urls: tuple[str, str]) -> dict[str, tuple[Workload, Any]]:
-    """{sdk: (workload, client)} against the simulator at ``urls``."""
+    """{workload: (run, client)} against the simulator at ``urls``: streamed calls of each API."""
+    import asyncio
+
     import anthropic
     import openai
 
     openai_url, anthropic_url = urls
+    loop = asyncio.new_event_loop()
+    options = {"api_key": "sk-bench", "max_retries": 0}
     return {
-        "openai": (_openai_workload, openai.OpenAI(base_url=openai_url, api_key="sk-bench", max_retries=0)),
-        "anthropic": (
-            _anthropic_workload,
-            anthropic.Anthropic(base_url=anthropic_url, api_key="sk-bench", max_retries=0),
+        "openai": (_openai_chat, openai.OpenAI(base_url=openai_url, **options)),
+        "openai async": (_in_loop(_openai_chat_async), (loop, openai.AsyncOpenAI(base_url=openai_url, **options))),
+        "openai responses": (_openai_responses, openai.OpenAI(base_url=openai_url, **options)),
+        "anthropic": (_anthropic_create, anthropic.Anthropic(base_url=anthropic_url, **options)),
+        "anthropic async": (
+            _in_loop(_anthropic_create_async),
+            (loop, anthropic.AsyncAnthropic(base_url=anthropic_url, **options)),
         ),
     }
 
 
-# Items per stream besides the tokens: openai = role chunk + finish + usage; anthropic =
-# message_start, content_block_start, content_block_stop, message_delta, message_stop (no pings).
-EXTRA_ITEMS = {"openai": 3, "anthropic": 5}
+# Items per stream besides the tokens: chat = role chunk + finish + usage; responses = created,
+# in_progress, output_item.added, content_part.added, output_text.done, content_part.done,
+# output_item.done, completed; anthropic = message_start, content_block_start, content_block_stop,
+# message_delta, message_stop (no pings).
+EXTRA_ITEMS = {"openai": 3, "openai async": 3, "openai responses": 8, "anthropic": 5, "anthropic async": 5}
 
 
 def _split(name: str, added: dict[int, float]) -> tuple[float, float]:
@@ -102,26 +169,6 @@ class _DropExporter:
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
-
-
-def _openai_workload(client: Any, calls: int, tokens: int) -> float:
-    messages = [{"role": "user", "content": "Benchmark me."}]
-    start = time.process_time()
-    for _ in range(calls):
-        for _chunk in client.chat.completions.create(
-            model="bench", messages=messages, max_tokens=tokens, stream=True, stream_options={"include_usage": True}
-        ):
-            pass
-    return (time.process_time() - start) / calls
-
-
-def _anthropic_workload(client: Any, calls: int, tokens: int) -> float:
-    messages = [{"role": "user", "content": "Benchmark me."}]
-    start = time.process_time()
-    for _ in range(calls):
-        for _event in client.messages.create(model="bench", messages=messages, max_tokens=tokens, stream=True):
-            pass
-    return (time.process_time() - start) / calls
 
 
 def _configs() -> dict[str, Callable[[], dict[str, Any]]]:
@@ -194,8 +241,9 @@ COUNTED_CONFIGS = ("", "default", "no phase spans", "10% sampled", "firsttoken o
 COUNTED_CALLS = {SHORT: 20, LONG: 4}
 
 
-def _counted_child(counted: Sequence[str]) -> None:
-    """Runs under callgrind: every workload and configuration, each measured stretch of calls inside
+def _counted_child(counted: Sequence[str], names: Sequence[str], stretches: dict[int, int]) -> None:
+    """Runs under callgrind: the workloads ``names`` in each configuration, a stretch of ``calls``
+    streamed calls of ``n`` tokens for each ``n: calls`` in ``stretches``, each inside
     ``sys.call_tracing`` so that callgrind collects exactly that stretch (``--toggle-collect``) and
     dumps it when it ends (``--dump-after``). Everything else (start-up, imports, warm-up, the
     instrument() and uninstrument() calls) is not counted."""
@@ -206,14 +254,14 @@ def _counted_child(counted: Sequence[str]) -> None:
 
     configs = _configs()
     with _simulator() as urls:
-        workloads = _workloads(urls)
+        workloads = {name: w for name, w in _workloads(urls).items() if name in names}
         for run, client in workloads.values():
             run(client, 5, SHORT)
         for config in ("", *counted):
             if config:
                 firsttoken.instrument(**configs[config]())
             for name, (run, client) in workloads.items():
-                for n, calls in COUNTED_CALLS.items():
+                for n, calls in stretches.items():
                     run(client, 2, n)  # warm this configuration's code paths
                     # Every stretch starts from the same garbage-collector state: all that exists
                     # is collected and then frozen, so collections during the stretch see only
@@ -249,15 +297,11 @@ def _calibrate(calls: int = 300) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in out.items()}
 
 
-def instructions(counted: Sequence[str] = COUNTED_CONFIGS[1:]) -> dict[str, dict[str, dict[str, float]]]:
-    """{sdk: {config: {per_call_instr, per_chunk_instr, per_call_us, per_chunk_us, baseline_instr}}}
-
-    Instruction counts under ``valgrind --tool=callgrind`` are repeatable (the same workload counts
-    the same within about 0.5 %, whatever else the machine is doing), so differences of a few
-    microseconds show, where CPU time on a 2-core machine drifts by ±50-100 µs per call. They are
-    turned into microseconds with the time one instruction of the uninstrumented workload takes
-    natively (user-mode CPU time / instructions).
-    """
+def _count(
+    counted: Sequence[str], names: Sequence[str], stretches: dict[int, int]
+) -> dict[tuple[str, str, int], float]:
+    """{(workload, configuration, tokens): instructions per call}, counted by a child under callgrind
+    (the uninstrumented runs under the configuration "")."""
     import os
     import shutil
     import subprocess
@@ -265,16 +309,17 @@ def instructions(counted: Sequence[str] = COUNTED_CONFIGS[1:]) -> dict[str, dict
     import tempfile
 
     if shutil.which("valgrind") is None:
-        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+        raise SystemExit("counting instructions needs valgrind (Debian: apt-get install valgrind)")
+    plan = "|".join([";".join(counted), ";".join(names), ",".join(f"{n}:{c}" for n, c in stretches.items())])
     with tempfile.TemporaryDirectory() as tmp:
         out_file = os.path.join(tmp, "callgrind.out")
         proc = subprocess.run(
             [
                 "valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=sys_call_tracing",
                 "--dump-after=sys_call_tracing", f"--callgrind-out-file={out_file}",
-                sys.executable, os.path.abspath(__file__), "--counted-child", ";".join(counted),
+                sys.executable, os.path.abspath(__file__), "--counted-child", plan,
             ],
-            capture_output=True, text=True, check=False,
+            capture_output=True, text=True, check=False, env={**os.environ, "PYTHONHASHSEED": "0"},
         )  # fmt: skip
         segments = [line.split("\t")[1:] for line in proc.stdout.splitlines() if line.startswith("segment\t")]
         if proc.returncode != 0 or not segments:
@@ -284,9 +329,22 @@ def instructions(counted: Sequence[str] = COUNTED_CONFIGS[1:]) -> dict[str, dict
             with open(f"{out_file}.{number}") as dump:
                 total = next(int(line.split()[1]) for line in dump if line.startswith(("summary:", "totals:")))
             counts[(name, config, int(n))] = total / int(calls)
+    return counts
+
+
+def instructions(counted: Sequence[str] = COUNTED_CONFIGS[1:]) -> dict[str, dict[str, dict[str, float]]]:
+    """{sdk: {config: {per_call_instr, per_chunk_instr, per_call_us, per_chunk_us, baseline_instr}}}
+
+    Instruction counts under ``valgrind --tool=callgrind`` are repeatable (the same workload counts
+    the same within about 0.5 %, whatever else the machine is doing), so differences of a few
+    microseconds show, where CPU time on a 2-core machine drifts by ±50-100 µs per call. They are
+    turned into microseconds with the time one instruction of the uninstrumented workload takes
+    natively (user-mode CPU time / instructions).
+    """
+    counts = _count(counted, list(EXTRA_ITEMS), COUNTED_CALLS)
     seconds = _calibrate()
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for name in ("openai", "anthropic"):
+    for name in seconds:
         base = {n: counts[(name, "", n)] for n in COUNTED_CALLS}
         us_per_instr = seconds[name] / base[SHORT] * 1e6
         out[name] = {}
@@ -486,7 +544,12 @@ def main() -> None:
     parser.add_argument("--counted-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.counted_child is not None:
-        _counted_child(args.counted_child.split(";"))
+        configs, names, stretches = args.counted_child.split("|")
+        _counted_child(
+            configs.split(";"),
+            names.split(";"),
+            {int(n): int(c) for n, c in (p.split(":") for p in stretches.split(","))},
+        )
         return
     if args.instructions:
         wanted = [c.strip() for c in args.configs.split(";") if c.strip()]

@@ -73,7 +73,10 @@ class Telemetry:
 @pytest.fixture
 def telemetry() -> Iterator[Telemetry]:
     t = Telemetry()
-    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
+    # Every call's waterfall, so that tests can look at any call's phases (the default is the tail only).
+    assert firsttoken.instrument(
+        tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, phase_spans="always"
+    )
     try:
         yield t
     finally:

@@ -606,7 +606,7 @@ def test_traffic_class_reaches_every_call_metric(telemetry: Telemetry, sim: Simu
         sc.M_INPUT_TOKENS,
         sc.M_OUTPUT_TOKENS,
         sc.M_CACHE_READ_INPUT_TOKENS,
-        sc.M_PHASE_DURATION,
+        sc.M_PHASE_TIME,
         sc.M_CONNECTIONS,
         sc.M_FINISH_REASONS,
         sc.M_SDK_CLIENTS,

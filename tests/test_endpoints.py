@@ -154,8 +154,8 @@ def test_server_timing_metric_gets_llama_cpp_phases() -> None:
     finally:
         firsttoken.uninstrument()
     points = {
-        p.attributes[sc.FT_SERVER_TIMING_PHASE]: (p.sum, p.attributes[sc.GEN_AI_PROVIDER_NAME])
-        for p in t.metrics()[sc.M_SERVER_TIMING]
+        p.attributes[sc.FT_SERVER_TIMING_PHASE]: (p.value, p.attributes[sc.GEN_AI_PROVIDER_NAME])
+        for p in t.metrics()[sc.M_SERVER_TIMING_TIME]
     }
     assert points == {
         "prompt": (pytest.approx(0.0425), "llama.cpp"),

@@ -32,7 +32,30 @@ def test_defaults() -> None:
     s = config.load(environ={})
     assert s.capture_content is False
     assert s.chunk_metrics is False
-    assert s.phase_spans is True
+    assert s.phase_spans == "tail"
+
+
+@pytest.mark.parametrize(
+    ("env", "arg", "expected"),
+    [
+        ("always", None, "always"),
+        ("NEVER", None, "never"),
+        ("true", None, "always"),
+        ("off", None, "never"),
+        ("always", "tail", "tail"),
+        (None, False, "never"),
+        (None, True, "always"),
+    ],
+)
+def test_phase_spans_modes(env: str | None, arg: Any, expected: str) -> None:
+    environ = {} if env is None else {config.ENV_PHASE_SPANS: env}
+    options = {} if arg is None else {"phase_spans": arg}
+    assert config.load(environ=environ, options=options).phase_spans == expected
+
+
+def test_phase_spans_bad_argument() -> None:
+    with pytest.raises(config.ConfigError, match="phase_spans='sometimes' must be 'always', 'tail' or 'never'"):
+        config.load(environ={}, options={"phase_spans": "sometimes"})
 
 
 @pytest.mark.parametrize(

@@ -74,13 +74,14 @@ SDK_CLIENTS = "firsttoken_client_sdk_clients_total"
 ACTION = "firsttoken_app_action_duration_seconds"
 ACTION_LLM_BUSY = "firsttoken_app_action_llm_busy_time_seconds"
 APP_PHASE = "firsttoken_app_phase_duration_seconds"
-WIRE_PHASE = "firsttoken_client_phase_duration_seconds"
+WIRE_PHASE = "firsttoken_client_phase_time_seconds_total"  # seconds per phase, summed over calls
 CONNECTIONS = "firsttoken_client_connections_total"
-REQUEST_BYTES = "firsttoken_client_request_body_size_bytes"
-RESPONSE_BYTES = "firsttoken_client_response_body_size_bytes"
+REQUEST_BYTES = "firsttoken_client_request_bytes_total"
+RESPONSE_BYTES = "firsttoken_client_response_bytes_total"
 RETRIES = "firsttoken_client_retries_total"
 # Provider-reported server time (OpenAI processing time, Groq and Cerebras queue/prompt/completion).
-SERVER_TIMING = "firsttoken_client_server_timing_duration_seconds"
+SERVER_TIME = "firsttoken_client_server_timing_time_seconds_total"
+SERVER_REPORTS = "firsttoken_client_server_timing_reports_total"
 
 # Units: Grafana's ids, and custom suffixes for tokens (Grafana has no token unit).
 TOKENS_PER_S = "suffix: tokens/s"
@@ -246,6 +247,22 @@ def mean(metric: str, by: str, selector: str = CALL) -> str:
     return (
         f"sum by ({by}) (rate({metric}_sum{{{selector}}}[{RI}]))"
         f" / sum by ({by}) (rate({metric}_count{{{selector}}}[{RI}]))"
+    )
+
+
+def server_mean(by: str, selector: str = CALL) -> str:
+    """Mean provider-reported server seconds over the calls that reported them (two counters)."""
+    return (
+        f"sum by ({by}) (rate({SERVER_TIME}{{{selector}}}[{RI}]))"
+        f" / sum by ({by}) (rate({SERVER_REPORTS}{{{selector}}}[{RI}]))"
+    )
+
+
+def per_call(counter: str, by: str, selector: str = CALL) -> str:
+    """A counter summed over calls, per call: its rate over the rate of calls."""
+    return (
+        f"sum by ({by}) (rate({counter}{{{selector}}}[{RI}]))"
+        f" / sum by ({by}) (rate({DURATION}_count{{{selector}}}[{RI}]))"
     )
 
 
@@ -954,7 +971,7 @@ def where_the_time_goes(min_interval: str) -> dict[str, Any]:
         "Where the time goes: mean seconds per call by phase",
         [
             target(
-                f"sum by (firsttoken_phase) (rate({WIRE_PHASE}_sum{{{CALL}}}[{RI}]))"
+                f"sum by (firsttoken_phase) (rate({WIRE_PHASE}{{{CALL}}}[{RI}]))"
                 f" / scalar(sum(rate({DURATION}_count{{{CALL}}}[{RI}])))",
                 "{{firsttoken_phase}}",
             )
@@ -967,10 +984,20 @@ def where_the_time_goes(min_interval: str) -> dict[str, Any]:
         "occur on new connections, so their mean is their cost spread over all calls.",
     )
     lay.timeseries(
-        "Phase p95",
-        [target(quantile(0.95, WIRE_PHASE, "firsttoken_phase"), "{{firsttoken_phase}}", exemplar=True)],
-        unit="s",
-        description="The slow tail of each phase, over the calls that had it; exemplars open such a call.",
+        "Share of the time by phase",
+        [
+            target(
+                f"sum by (firsttoken_phase) (rate({WIRE_PHASE}{{{CALL}}}[{RI}]))"
+                f" / scalar(sum(rate({WIRE_PHASE}{{{CALL}}}[{RI}])))",
+                "{{firsttoken_phase}}",
+            )
+        ],
+        unit="percentunit",
+        max_value=1,
+        stack=True,
+        description="Of all the time the selected calls took, the part spent in each phase. A slow call's own "
+        "phases: open it from an exemplar of the latency panels; its span has firsttoken.phase_duration.* "
+        "attributes, and calls in the slow tail have their phases as child spans.",
     )
     lay.timeseries(
         "Connection reuse ratio",
@@ -991,8 +1018,8 @@ def where_the_time_goes(min_interval: str) -> dict[str, Any]:
     lay.timeseries(
         "Bytes on the wire per call (mean)",
         [
-            target(mean(REQUEST_BYTES, BY_MODEL), f"sent {MODEL}"),
-            target(mean(RESPONSE_BYTES, BY_MODEL), f"received {MODEL}"),
+            target(per_call(REQUEST_BYTES, BY_MODEL), f"sent {MODEL}"),
+            target(per_call(RESPONSE_BYTES, BY_MODEL), f"received {MODEL}"),
         ],
         unit="bytes",
         w=6,
@@ -1011,7 +1038,7 @@ def where_the_time_goes(min_interval: str) -> dict[str, Any]:
         "Retry wait per call (mean)",
         [
             target(
-                f'sum by ({BY_MODEL}) (rate({WIRE_PHASE}_sum{{{CALL}, firsttoken_phase="retry_wait"}}[{RI}]))'
+                f'sum by ({BY_MODEL}) (rate({WIRE_PHASE}{{{CALL}, firsttoken_phase="retry_wait"}}[{RI}]))'
                 f" / sum by ({BY_MODEL}) (rate({DURATION}_count{{{CALL}}}[{RI}]))",
                 MODEL,
             )
@@ -1025,7 +1052,7 @@ def where_the_time_goes(min_interval: str) -> dict[str, Any]:
         "Server-reported time by phase (mean)",
         [
             target(
-                mean(SERVER_TIMING, f"{BY_MODEL}, firsttoken_server_timing_phase"),
+                server_mean(f"{BY_MODEL}, firsttoken_server_timing_phase"),
                 f"{MODEL} {{{{firsttoken_server_timing_phase}}}}",
             )
         ],
@@ -1040,8 +1067,8 @@ def where_the_time_goes(min_interval: str) -> dict[str, Any]:
     lay.timeseries(
         "Time to first token: server prefill vs the rest (mean)",
         [
-            target(mean(SERVER_TIMING, BY_MODEL, prefill), f"server prefill {MODEL}"),
-            target(f"{mean(TTFT, BY_MODEL)} - {mean(SERVER_TIMING, BY_MODEL, prefill)}", f"network + queue {MODEL}"),
+            target(server_mean(BY_MODEL, prefill), f"server prefill {MODEL}"),
+            target(f"{mean(TTFT, BY_MODEL)} - {server_mean(BY_MODEL, prefill)}", f"network + queue {MODEL}"),
         ],
         unit="s",
         stack=True,

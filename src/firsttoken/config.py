@@ -28,6 +28,13 @@ _FALSE = frozenset({"0", "false", "no", "off", ""})
 _CAPTURE_ON = frozenset({"span_only", "span_and_event", "event_only"})
 _CAPTURE_OFF = frozenset({"no_content"})
 
+PHASE_SPANS_ALWAYS = "always"
+PHASE_SPANS_TAIL = "tail"
+PHASE_SPANS_NEVER = "never"
+PHASE_SPANS_MODES = (PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, PHASE_SPANS_NEVER)
+"""When a call gets child spans for its phases: every call, the calls someone will drill into
+(slow, failed, retried, paying a slow connection set-up), or none. Booleans mean always / never."""
+
 Redactor = Callable[[str, str], "str | None"]
 """``redact(attribute_name, json_text) -> text to record, or None to drop it``."""
 
@@ -42,7 +49,7 @@ class Settings:
 
     capture_content: bool = False
     chunk_metrics: bool = False
-    phase_spans: bool = True
+    phase_spans: str = PHASE_SPANS_TAIL
     wire_phases: bool = True
     provider_hosts: Mapping[str, str] = field(default_factory=dict)
     content_max_length: int = 8192
@@ -73,6 +80,26 @@ def _bool_option(name: str, env_name: str, value: Any, environ: Mapping[str, str
         return value
     raw = _env(env_name, environ)
     return default if raw is None else parse_bool(env_name, raw)
+
+
+def _phase_spans(value: Any, environ: Mapping[str, str]) -> str:
+    if value is None:
+        raw = _env(ENV_PHASE_SPANS, environ)
+        if raw is None:
+            return PHASE_SPANS_TAIL
+        low = raw.lower()
+        if low in PHASE_SPANS_MODES:
+            return low
+        if low in _TRUE or low in _FALSE:
+            return PHASE_SPANS_ALWAYS if low in _TRUE else PHASE_SPANS_NEVER
+        raise ConfigError(
+            f"{ENV_PHASE_SPANS}={raw!r} is not understood: use always, tail or never (true/false mean always/never)"
+        )
+    if isinstance(value, bool):
+        return PHASE_SPANS_ALWAYS if value else PHASE_SPANS_NEVER
+    if isinstance(value, str) and value in PHASE_SPANS_MODES:
+        return value
+    raise ConfigError(f"phase_spans={value!r} must be 'always', 'tail' or 'never' (or True / False)")
 
 
 def parse_capture_content(raw: str) -> bool:
@@ -172,7 +199,7 @@ def load(
     return Settings(
         capture_content=capture,
         chunk_metrics=_bool_option("chunk_metrics", ENV_CHUNK_METRICS, opts.get("chunk_metrics"), env, False),
-        phase_spans=_bool_option("phase_spans", ENV_PHASE_SPANS, opts.get("phase_spans"), env, True),
+        phase_spans=_phase_spans(opts.get("phase_spans"), env),
         wire_phases=_bool_option("wire_phases", ENV_WIRE_PHASES, opts.get("wire_phases"), env, True),
         provider_hosts=hosts,
         content_max_length=max_len,

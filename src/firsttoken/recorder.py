@@ -19,8 +19,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from . import semconv as sc
+from . import tail
 from ._sums import Key, SummedCounter, add_all
-from .config import Settings
+from .config import PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, Settings
 from .timeline import STREAM_TEXT_KEY, Timeline, turn_bucket
 
 log = logging.getLogger("firsttoken")
@@ -32,6 +33,8 @@ class Recorder:
     def __init__(self, tracer: Tracer, meter: Meter, settings: Settings) -> None:
         self.tracer = tracer
         self.settings = settings
+        self._slow = tail.SlowTail()
+        self._phase_keys: dict[str, str] = {}
         self._duration = meter.create_histogram(
             sc.M_OPERATION_DURATION,
             unit=sc.UNIT_SECONDS,
@@ -90,35 +93,40 @@ class Recorder:
         self._reasoning_tokens = SummedCounter(
             meter, sc.M_REASONING_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Reasoning output tokens."
         )
-        self._phase = meter.create_histogram(
-            sc.M_PHASE_DURATION,
+        # Where the time went, summed: means and shares need no buckets, and a call's own phases are
+        # attributes of its span (its waterfall too when it is in the tail).
+        self._phase = SummedCounter(
+            meter,
+            sc.M_PHASE_TIME,
             unit=sc.UNIT_SECONDS,
-            description="Where the time of a call went, by phase (dns, tcp_connect, server_wait, decode, ...).",
-            explicit_bucket_boundaries_advisory=sc.PHASE_BUCKETS,
+            description="Seconds spent in each phase of the calls (dns, tcp_connect, server_wait, decode, ...).",
         )
         self._connections = SummedCounter(
             meter, sc.M_CONNECTIONS, unit="{connection}", description="Requests by connection outcome: new or reused."
         )
-        self._request_size = meter.create_histogram(
-            sc.M_REQUEST_BODY_SIZE,
+        self._request_bytes = SummedCounter(
+            meter,
+            sc.M_REQUEST_BYTES,
             unit="By",
             description="Request body bytes as sent (after any compression the client applied).",
-            explicit_bucket_boundaries_advisory=sc.BYTES_BUCKETS,
         )
-        self._response_size = meter.create_histogram(
-            sc.M_RESPONSE_BODY_SIZE,
-            unit="By",
-            description="Response body bytes as received (before decompression).",
-            explicit_bucket_boundaries_advisory=sc.BYTES_BUCKETS,
+        self._response_bytes = SummedCounter(
+            meter, sc.M_RESPONSE_BYTES, unit="By", description="Response body bytes as received (before decompression)."
         )
         self._retries = SummedCounter(
             meter, sc.M_RETRIES, unit="{retry}", description="Requests the SDK sent again (rate limits, errors)."
         )
-        self._server_timing = meter.create_histogram(
-            sc.M_SERVER_TIMING,
+        self._server_time = SummedCounter(
+            meter,
+            sc.M_SERVER_TIMING_TIME,
             unit=sc.UNIT_SECONDS,
-            description="Provider-reported server time by phase (queue, prompt, completion, processing).",
-            explicit_bucket_boundaries_advisory=sc.PHASE_BUCKETS,
+            description="Provider-reported server seconds by phase (queue, prompt, completion, processing).",
+        )
+        self._server_reports = SummedCounter(
+            meter,
+            sc.M_SERVER_TIMING_REPORTS,
+            unit="{report}",
+            description="Calls whose provider reported server time, by phase.",
         )
         self._finish_reasons = SummedCounter(
             meter,
@@ -196,14 +204,19 @@ class Recorder:
         if span is None:
             return
         try:
-            self._annotate(span, tl)
             phases = self.phases(tl)
-            if self.settings.phase_spans and span.is_recording():
-                self._phase_spans(span, tl, phases)
+            totals: dict[str, int] = {}
+            for start, end, name in phases:
+                totals[name] = totals.get(name, 0) + end - start
+            if span.is_recording():
+                self._annotate(span, tl, totals)
+                mode = self.settings.phase_spans
+                if mode == PHASE_SPANS_ALWAYS or (mode == PHASE_SPANS_TAIL and self.in_tail(tl, totals)):
+                    self._phase_spans(span, tl, phases)
             ctx = trace.set_span_in_context(span)  # metrics in the span's context: exemplars
             sums: list[tuple[SummedCounter, float, Key]] = []
             self._metrics(tl, ctx, sums)
-            self._wire_metrics(tl, phases, ctx, sums)
+            self._wire_metrics(tl, totals, sums)
             add_all(sums)
         except Exception:  # never let telemetry break the app
             log.debug("firsttoken: recording a call failed", exc_info=True)
@@ -213,10 +226,44 @@ class Recorder:
             if tl.action is not None:
                 tl.action.add_call(tl.start_ns, end_ns)
 
-    def _annotate(self, span: Span, tl: Timeline) -> None:
-        if not span.is_recording():
-            return
+    def in_tail(self, tl: Timeline, totals: dict[str, int]) -> bool:
+        """Whether a call is one someone will drill into: failed, retried, slow to connect, over the
+        targets the Collector keeps traces for, or, outside a traffic class with targets, slow for
+        its kind (above the running p90)."""
+        if tl.error_type or tl.attempts > 1:
+            return True
+        setup = 0
+        for name, ns in totals.items():
+            if name in sc.CONNECTION_SETUP_PHASES:
+                setup += ns
+        if setup > tail.SLOW_CONNECT_S * 1e9:
+            return True
+        duration = tl.duration_s
+        if duration is None:
+            return False
+        ttft = tl.time_to_first_token_s if tl.stream else None
+        if tl.stream:
+            tpot = tl.time_per_output_token_s
+            if tpot is not None and tpot > tail.SLOW_TPOT_S:
+                return True
+        traffic_class = tl.traffic_class or ""
+        if duration > tail.E2E_TARGETS.get(traffic_class, tail.E2E_TARGETS[""]):
+            return True
+        if ttft is not None and ttft > tail.TTFT_TARGETS.get(traffic_class, tail.TTFT_TARGETS[""]):
+            return True
+        if traffic_class in tail.TTFT_TARGETS and traffic_class:
+            return False  # a class with targets: slow means over them
+        kind = (tl.provider, tl.operation, tl.request_model, tl.stream, traffic_class)
+        return self._slow.is_slow(kind, duration if ttft is None else ttft)
+
+    def _annotate(self, span: Span, tl: Timeline, totals: dict[str, int]) -> None:
         attrs: dict[str, AttributeValue] = dict(tl.request)
+        keys = self._phase_keys
+        for name, ns in totals.items():
+            key = keys.get(name)
+            if key is None:
+                key = keys[name] = sc.FT_PHASE_DURATION_PREFIX + name
+            attrs[key] = ns / 1e9
         if tl.stream:
             attrs[sc.GEN_AI_REQUEST_STREAM] = True
         if tl.api_type:
@@ -404,9 +451,7 @@ class Recorder:
                 sums.append((self._reasoning_tokens, tl.reasoning_tokens, key))
         self._lever_metrics(tl, base, ctx, sums)
 
-    def _wire_metrics(
-        self, tl: Timeline, phases: list[tuple[int, int, str]], ctx: Any, sums: list[tuple[SummedCounter, float, Key]]
-    ) -> None:
+    def _wire_metrics(self, tl: Timeline, totals: dict[str, int], sums: list[tuple[SummedCounter, float, Key]]) -> None:
         """Where the time went: phase durations, connection reuse, bytes on the wire."""
         base: dict[str, AttributeValue] = {sc.GEN_AI_PROVIDER_NAME: tl.provider}
         if tl.request_model:
@@ -415,24 +460,24 @@ class Recorder:
             base[sc.SERVER_ADDRESS] = tl.server_address
         if tl.traffic_class:
             base[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
-        totals: dict[str, int] = {}
-        for start, end, name in phases:
-            totals[name] = totals.get(name, 0) + end - start
-        for name, ns in totals.items():
-            self._phase.record(ns / 1e9, {**base, sc.FT_PHASE: name}, context=ctx)
         key = tuple(base.items())
+        phase = self._phase
+        for name, ns in totals.items():
+            sums.append((phase, ns / 1e9, (*key, (sc.FT_PHASE, name))))
         if tl.new_connections:
             sums.append((self._connections, tl.new_connections, (*key, (sc.FT_CONNECTION_OUTCOME, "new"))))
         if tl.reused_connections:
             sums.append((self._connections, tl.reused_connections, (*key, (sc.FT_CONNECTION_OUTCOME, "reused"))))
         if tl.request_bytes is not None:
-            self._request_size.record(tl.request_bytes, base, context=ctx)
+            sums.append((self._request_bytes, tl.request_bytes, key))
         if tl.response_bytes is not None:
-            self._response_size.record(tl.response_bytes, base, context=ctx)
+            sums.append((self._response_bytes, tl.response_bytes, key))
         if tl.attempts > 1:
             sums.append((self._retries, tl.attempts - 1, key))
-        for phase, seconds in tl.server_timing.items():
-            self._server_timing.record(seconds, {**base, sc.FT_SERVER_TIMING_PHASE: phase}, context=ctx)
+        for name, seconds in tl.server_timing.items():
+            timed = (*key, (sc.FT_SERVER_TIMING_PHASE, name))
+            sums.append((self._server_time, seconds, timed))
+            sums.append((self._server_reports, 1, timed))
 
     def _lever_metrics(
         self, tl: Timeline, base: dict[str, AttributeValue], ctx: Any, sums: list[tuple[SummedCounter, float, Key]]

@@ -139,6 +139,9 @@ FT_RATELIMIT_RESET_TOKENS: Final = "firsttoken.ratelimit.reset_tokens"
 FT_RETRY_AFTER: Final = "firsttoken.retry_after"
 FT_ATTEMPTS: Final = "firsttoken.attempts"
 FT_PHASE: Final = "firsttoken.phase"
+FT_PHASE_DURATION_PREFIX: Final = "firsttoken.phase_duration."
+"""Call span attributes ``firsttoken.phase_duration.<phase>``: seconds the call spent in each phase,
+on every call (the phase child spans exist only for the tail, see ``phase_spans``)."""
 FT_COUNTED_INPUT_TOKENS: Final = "firsttoken.count_tokens.input_tokens"
 """What a token-counting call (Anthropic ``messages.count_tokens``) answered; not usage."""
 
@@ -206,6 +209,8 @@ PHASE_DECODE: Final = "decode"
 """First output token -> last output token."""
 PHASE_FINISH: Final = "finish"
 """Last output token -> end of the call (trailing usage chunk, stream close)."""
+CONNECTION_SETUP_PHASES: Final = frozenset({PHASE_DNS, PHASE_TCP_CONNECT, PHASE_TLS_HANDSHAKE, PHASE_CONNECT})
+"""The phases of opening a connection."""
 
 # --------------------------------------------------------------------------------------------
 # Metrics
@@ -226,16 +231,20 @@ M_CACHE_CREATION_INPUT_TOKENS: Final = "firsttoken.client.cache_creation.input_t
 M_OUTPUT_TOKENS: Final = "firsttoken.client.output_tokens"
 M_REASONING_OUTPUT_TOKENS: Final = "firsttoken.client.reasoning.output_tokens"
 
-M_PHASE_DURATION: Final = "firsttoken.client.phase.duration"
-"""Seconds per call spent in each phase (attribute firsttoken.phase)."""
+M_PHASE_TIME: Final = "firsttoken.client.phase.time"
+"""Counter of seconds spent in each phase (attribute firsttoken.phase), summed over calls: mean time per
+phase and share of time. Each call's own phase durations are attributes of its span."""
 M_CONNECTIONS: Final = "firsttoken.client.connections"
 """Counter of requests by firsttoken.connection.outcome (new, reused): reuse ratio in one division."""
-M_REQUEST_BODY_SIZE: Final = "firsttoken.client.request.body.size"
-M_RESPONSE_BODY_SIZE: Final = "firsttoken.client.response.body.size"
+M_REQUEST_BYTES: Final = "firsttoken.client.request.bytes"
+M_RESPONSE_BYTES: Final = "firsttoken.client.response.bytes"
+"""Counters of body bytes on the wire, summed over calls (each call's sizes are span attributes)."""
 M_RETRIES: Final = "firsttoken.client.retries"
 
-M_SERVER_TIMING: Final = "firsttoken.client.server_timing.duration"
-"""Provider-reported server time by phase (queue, prompt, completion, processing); never client-measured."""
+M_SERVER_TIMING_TIME: Final = "firsttoken.client.server_timing.time"
+M_SERVER_TIMING_REPORTS: Final = "firsttoken.client.server_timing.reports"
+"""Counters of provider-reported server seconds by phase (queue, prompt, completion, processing) and of the
+calls that reported each: mean = time / reports. Never client-measured."""
 
 M_FINISH_REASONS: Final = "firsttoken.client.finish_reasons"
 """Counter of calls by finish reason: calls stopped by max_tokens are {length, max_tokens}."""
@@ -272,13 +281,6 @@ TPOT_BUCKETS: Final = (
     0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
 )  # fmt: skip
 """The conventions' server TPOT buckets with a finer low end: fast models decode in 2-20 ms."""
-PHASE_BUCKETS: Final = (
-    0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-)  # fmt: skip
-"""Phases range from sub-millisecond (a pooled connection) to a minute (decoding a long answer)."""
-BYTES_BUCKETS: Final = (
-    256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216,
-)  # fmt: skip
 TOKEN_BUCKETS: Final = (
     1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
 )  # fmt: skip

@@ -256,7 +256,6 @@ def span_index(spans: list[ReadableSpan]) -> dict[tuple[str, str], ReadableSpan]
         "gen_ai_client_operation_duration_seconds_bucket",
         "firsttoken_client_time_per_output_token_seconds_bucket",
         "firsttoken_app_action_duration_seconds_bucket",
-        "firsttoken_client_phase_duration_seconds_bucket",
     ],
 )
 def test_exemplars_point_at_exported_spans(live: Live, metric: str) -> None:

@@ -1,0 +1,138 @@
+"""Phase spans for the tail only (the default): which calls get a waterfall, and what every call keeps."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import firsttoken
+from firsttoken import semconv as sc
+from firsttoken import tail
+from firsttoken.sim import Fault, Simulator
+
+from .conftest import Telemetry
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def test_slow_tail_is_the_top_tenth_of_recent_calls() -> None:
+    slow = tail.SlowTail()
+    # No call is slow before MIN_CALLS have been seen, however long it took.
+    assert not any(slow.is_slow("k", 100.0 if i == 5 else 1.0 + i / 100) for i in range(tail.MIN_CALLS))
+    values = [1.0 + i / 100 for i in range(tail.MIN_CALLS)]
+    values[5] = 100.0
+    threshold = sorted(values)[int(tail.QUANTILE * len(values))]
+    assert slow.is_slow("k", threshold + 0.001)
+    assert not slow.is_slow("k", threshold)
+    assert not slow.is_slow("other kind", 1000.0), "every kind has its own tail"
+
+
+def test_slow_tail_forgets_old_calls() -> None:
+    slow = tail.SlowTail()
+    for _ in range(tail.WINDOW):
+        slow.is_slow("k", 10.0)
+    for _ in range(tail.WINDOW):  # the kind got faster: the old 10 s calls leave the window
+        slow.is_slow("k", 1.0)
+    assert slow.is_slow("k", 2.0)
+
+
+@pytest.fixture
+def tail_telemetry() -> Iterator[Telemetry]:
+    t = Telemetry()
+    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
+    try:
+        yield t
+    finally:
+        firsttoken.uninstrument()
+
+
+def _stream(client: Any, **kwargs: Any) -> None:
+    for _ in client.chat.completions.create(model="m", messages=MESSAGES, stream=True, **kwargs):
+        pass
+
+
+def test_default_gives_waterfalls_to_the_slow_tail_only(tail_telemetry: Telemetry, sim: Simulator) -> None:
+    t = tail_telemetry
+    client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+    for _ in range(3 * tail.MIN_CALLS):
+        _stream(client)
+    # A first token 300 ms late, against calls whose first token takes about a millisecond.
+    _stream(client, extra_headers={"x-firsttoken-sim-fault": "stall;after_chunks=1;seconds=0.3"})
+    calls = t.calls()
+    with_waterfall = [c for c in calls if t.children(c)]
+    assert calls[-1] in with_waterfall, "the slow call has its phase spans"
+    # Loopback calls of one kind: about a tenth are over the running p90 (ties and noise aside).
+    assert len(with_waterfall) < len(calls) // 3, [c.attributes[sc.FT_TIME_TO_FIRST_TOKEN] for c in with_waterfall]
+    for call in calls:  # every call keeps where its time went, as attributes
+        durations = {
+            k[len(sc.FT_PHASE_DURATION_PREFIX) :]: v
+            for k, v in (call.attributes or {}).items()
+            if k.startswith(sc.FT_PHASE_DURATION_PREFIX)
+        }
+        assert {sc.PHASE_SERVER_WAIT, sc.PHASE_WAIT_FIRST_TOKEN, sc.PHASE_DECODE} <= set(durations)
+        assert call.end_time is not None and call.start_time is not None
+        assert sum(durations.values()) == pytest.approx((call.end_time - call.start_time) / 1e9, abs=1e-6)
+    slow = calls[-1]
+    assert slow.attributes[sc.FT_PHASE_DURATION_PREFIX + sc.PHASE_WAIT_FIRST_TOKEN] >= 0.25  # type: ignore[index,operator]
+    assert {c.attributes[sc.FT_PHASE] for c in t.children(slow)} >= {sc.PHASE_WAIT_FIRST_TOKEN}  # type: ignore[index]
+
+
+def test_failed_and_retried_calls_get_their_waterfall(tail_telemetry: Telemetry, sim: Simulator) -> None:
+    t = tail_telemetry
+    client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+    sim.inject(Fault.server_error(status=500))
+    with pytest.raises(openai.InternalServerError):
+        client.chat.completions.create(model="m", messages=MESSAGES)
+    retrying = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=1)
+    sim.inject(Fault.rate_limit(retry_after=0.01))
+    retrying.chat.completions.create(model="m", messages=MESSAGES)
+    failed, retried = t.calls()
+    assert failed.attributes[sc.ERROR_TYPE] == "InternalServerError"  # type: ignore[index]
+    assert t.children(failed)
+    assert retried.attributes[sc.FT_ATTEMPTS] == 2  # type: ignore[index]
+    assert sc.PHASE_RETRY_WAIT in {c.attributes[sc.FT_PHASE] for c in t.children(retried)}  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("always", True), ("never", False)])
+def test_phase_spans_always_and_never(sim: Simulator, mode: str, expected: bool) -> None:
+    t = Telemetry()
+    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, phase_spans=mode)
+    try:
+        client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+        for _ in range(3):
+            _stream(client)
+    finally:
+        firsttoken.uninstrument()
+    assert [bool(t.children(c)) for c in t.calls()] == [expected] * 3
+    assert all(sc.FT_PHASE_DURATION_PREFIX + sc.PHASE_DECODE in (c.attributes or {}) for c in t.calls())
+
+
+def test_targets_are_the_collectors() -> None:
+    """The in-process thresholds are the targets the Collector's tail-sampling policies are written from."""
+    path = Path(__file__).parents[1] / "scripts" / "stack" / "sampling.py"
+    spec = importlib.util.spec_from_file_location("firsttoken_stack_sampling", path)
+    assert spec and spec.loader
+    sampling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sampling)
+    targets = sampling.load_targets()
+    assert targets[sampling.TTFT_TARGET] == tail.TTFT_TARGETS
+    assert targets[sampling.E2E_TARGET] == tail.E2E_TARGETS
+    assert tail.SLOW_TPOT_S == sampling.SLOW_DECODE_SECONDS
+
+
+def test_a_traffic_class_with_targets_gets_waterfalls_over_them_only(tail_telemetry: Telemetry, sim: Simulator) -> None:
+    t = tail_telemetry
+    client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+    stall = {"x-firsttoken-sim-fault": "stall;after_chunks=1;seconds=0.3"}
+    with firsttoken.traffic_class("interactive"):
+        for _ in range(2 * tail.MIN_CALLS):
+            _stream(client)
+        _stream(client, extra_headers=stall)  # 300 ms: slow for its kind, well under the 1 s target
+    calls = t.calls()
+    assert calls[-1].attributes[sc.FT_TIME_TO_FIRST_TOKEN] >= 0.25  # type: ignore[index,operator]
+    assert not any(t.children(c) for c in calls)
