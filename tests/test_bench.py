@@ -324,3 +324,23 @@ def test_a_run_is_exported_over_otlp_when_configured(sim: Simulator, tmp_path: P
     )
     reported = sorted(r["ttft_s"] for r in json.loads(out.read_text())["requests"])
     assert exported == pytest.approx(reported)
+
+
+def test_retries_and_errors_are_counted_and_the_run_goes_on(sim: Simulator, tmp_path: Path) -> None:
+    from firsttoken.sim import Fault
+
+    out = tmp_path / "faults.json"
+    # In order: the first request meets two 429s (the SDK retries twice, then succeeds); the
+    # second, three 503s (two retries, then it fails); the rest are clean.
+    sim.inject(Fault.rate_limit(retry_after=0.01), times=2, model="fast")
+    sim.inject(Fault.server_error(status=503), times=3, model="fast")
+    result = run_bench(
+        "--base-url", sim.openai_base_url, "--model", "fast", "--requests", "6", "--concurrency", "1",
+        "--warmup", "0", "--json", str(out), "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())["summaries"]["fast"]
+    assert summary["n"] == 6 and summary["ok"] == 5
+    assert summary["errors"] == {"InternalServerError": 1}
+    assert summary["retries"] == 4
+    assert "errors InternalServerError 1, retries 4" in result.stdout
