@@ -160,3 +160,8 @@ def test_bench_race_beats_both_singles_and_counts_what_the_losers_wasted(tmp_pat
     assert 60 * 45 <= info["wasted_input_tokens"] <= 60 * 60
     assert 0 < info["wasted_share"] < 1
     assert "Race race(a,b)" in result.stdout and "wasted by the cancelled losers" in result.stdout
+    # A raced request's timeline is its winner's, from the start of the race: phases that tile it.
+    for r in races:
+        assert r["phases"] and r["ttft_s"] <= r["e2e_s"]
+        assert r["phases"][0]["start_s"] >= 0
+        assert r["phases"][-1]["start_s"] + r["phases"][-1]["duration_s"] == pytest.approx(r["e2e_s"], abs=1e-6)

@@ -13,6 +13,7 @@ still in flight (so queueing shows).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import random
 import time
@@ -337,16 +338,14 @@ class Runner:
                 exc = e
         spans = self.collector.take(action_id)
         calls = [s for s in spans if is_call(s)]
-        if exc is not None:
-            sample.error = type(exc).__qualname__
         if raced:
-            assert self.race is not None
-            self._fill_race(sample, calls, result)
+            sample = self._race_sample(sample, calls, result)
         elif calls:
             fill(sample, calls[-1], self.collector, self.run_start_ns)
-        elif exc is not None:
+        else:
             sample.start_s = time.perf_counter() - self._run_start_perf
         if exc is not None:
+            sample.error = type(exc).__qualname__
             sample.ok = False
             self._check_fatal(exc, job)
         elif sample.ok:
@@ -354,53 +353,48 @@ class Runner:
         self.samples.append(sample)
         self.progress(sample)
 
-    def _fill_race(self, sample: Sample, calls: list[ReadableSpan], result: Any) -> None:
+    def _race_sample(self, sample: Sample, calls: list[ReadableSpan], result: Any) -> Sample:
+        """A raced request: the winner's timeline, from the start of the race; every contender's."""
         assert self.race is not None
         _, names, until = self.race
         key_of = {self.targets[n].key(): n for n in names}
-        by_target: dict[str, ReadableSpan] = {}
+        by_target: dict[str, Sample] = {}
         for span in calls:
             attrs = span.attributes or {}
             key = (str(attrs.get(sc.GEN_AI_REQUEST_MODEL)), attrs.get(sc.SERVER_ADDRESS), attrs.get(sc.SERVER_PORT))
             name = key_of.get(key)
-            if name is not None:
-                by_target.setdefault(name, span)
-        contenders: dict[str, Any] = {}
-        for name, span in by_target.items():
-            s = Sample(target=name, seq=sample.seq, warmup=sample.warmup, start_s=0.0)
-            fill(s, span, self.collector, self.run_start_ns)
-            contenders[name] = s.as_json()
+            if name is not None and name not in by_target:
+                by_target[name] = contender = Sample(target=name, seq=sample.seq, warmup=sample.warmup, start_s=0.0)
+                fill(contender, span, self.collector, self.run_start_ns)
+        contenders = {name: c.as_json() for name, c in by_target.items()}
         info: dict[str, Any] = {"until": until, "contenders": contenders, "winner": None}
-        if result is not None:
-            winner = names[result.winner]
-            info["winner"] = winner
+        win = by_target.get(names[result.winner]) if result is not None else None
+        if win is not None:
+            info["winner"] = win.target
             info["losers"] = [names[n] for n in result.losers]
-            win_span = by_target.get(winner)
-            if win_span is not None:
-                fill(sample, win_span, self.collector, self.run_start_ns)
-                win = contenders[winner]
-                # The raced request started when the race did; its first token is the winner's.
-                offset = sample.start_s
-                first = min(c["start_s"] for c in contenders.values())
-                offset -= first
-                sample.start_s = first
-                if sample.ttft_s is not None:
-                    sample.ttft_s += offset
-                if sample.e2e_s is not None:
-                    sample.e2e_s += offset
-                sample.phases = [(p, s + offset, d) for p, s, d in sample.phases]
-                wasted_in = wasted_out = 0
-                for n in result.losers:
-                    loser = contenders.get(names[n])
-                    if loser is None:
-                        continue
-                    wasted_in += loser["input_tokens"] or win["input_tokens"] or 0
-                    wasted_out += loser["output_tokens"] or result.loser_output_items.get(n, 0)
-                used = (win["input_tokens"] or 0) + (win["output_tokens"] or 0)
-                info["wasted_input_tokens"] = wasted_in
-                info["wasted_output_tokens"] = wasted_out
-                info["used_tokens"] = used
+            # The raced request started when the race did; its first token is the winner's.
+            first = min(c.start_s for c in by_target.values())
+            offset = win.start_s - first
+            sample = dataclasses.replace(
+                win,
+                target=sample.target,
+                scheduled_s=sample.scheduled_s,
+                start_s=first,
+                ttft_s=None if win.ttft_s is None else win.ttft_s + offset,
+                e2e_s=None if win.e2e_s is None else win.e2e_s + offset,
+                phases=[(p, s + offset, d) for p, s, d in win.phases],
+            )
+            wasted_in = wasted_out = 0
+            for n in result.losers:
+                loser = by_target.get(names[n])
+                if loser is not None:
+                    wasted_in += loser.input_tokens or win.input_tokens or 0
+                    wasted_out += loser.output_tokens or result.loser_output_items.get(n, 0)
+            info["wasted_input_tokens"] = wasted_in
+            info["wasted_output_tokens"] = wasted_out
+            info["used_tokens"] = (win.input_tokens or 0) + (win.output_tokens or 0)
         sample.race = info
+        return sample
 
     def _check_fatal(self, exc: BaseException, job: Job) -> None:
         status = getattr(exc, "status_code", None)
