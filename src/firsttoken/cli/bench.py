@@ -303,7 +303,7 @@ def instrument(collector: Collector) -> tuple[Any, Any, bool]:
 
     if _otlp_configured():
         os.environ.setdefault("OTEL_SERVICE_NAME", "firsttoken-bench")
-        ok = firsttoken.instrument()  # exports over OTLP from the OTEL_* variables, batched
+        ok = firsttoken.instrument(phase_spans="always")  # exports over OTLP from the OTEL_* variables, batched
         provider = trace.get_tracer_provider()
         if not isinstance(provider, TracerProvider):
             raise BenchError("OTLP is configured but a tracer provider bench cannot read back is set globally")
@@ -311,7 +311,9 @@ def instrument(collector: Collector) -> tuple[Any, Any, bool]:
         return provider, metrics.get_meter_provider(), ok
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(collector)
-    ok = firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=NoOpMeterProvider())
+    ok = firsttoken.instrument(
+        tracer_provider=tracer_provider, meter_provider=NoOpMeterProvider(), phase_spans="always"
+    )
     return tracer_provider, None, ok
 
 

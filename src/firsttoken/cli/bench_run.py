@@ -156,6 +156,12 @@ def fill(sample: Sample, call: ReadableSpan, collector: Collector, run_start_ns:
         name = (child.attributes or {}).get(sc.FT_PHASE)
         if isinstance(name, str) and child.start_time is not None and child.end_time is not None:
             phases.append((name, (child.start_time - start) / 1e9, (child.end_time - child.start_time) / 1e9))
+    if not phases:  # no phase spans for this call (phase_spans="tail"): its per-phase durations
+        at = 0.0
+        for key, value in attrs.items():
+            if key.startswith(sc.FT_PHASE_DURATION_PREFIX) and isinstance(value, (int, float)):
+                phases.append((key[len(sc.FT_PHASE_DURATION_PREFIX) :], at, float(value)))
+                at += float(value)
     phases.sort(key=lambda p: p[1])
     sample.phases = phases
     sample.setup_s = sum(d for p, _, d in phases if p in SETUP_PHASES)
