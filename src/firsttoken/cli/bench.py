@@ -400,15 +400,15 @@ def _main(args: argparse.Namespace) -> int:
     concurrency = args.concurrency if args.rate is None else None
     if concurrency is None and args.rate is None:
         concurrency = 4
+    total = None if requests is None else (requests + args.warmup) * len(lanes)
+    prompts = build_prompts(args, total or 500)
     plan = Plan(
         lanes,
         requests=requests,
         warmup=args.warmup,
         interleave=bool(args.compare or args.race),
-        prompts=1,  # replaced below
+        prompts=len(prompts),
     )
-    prompts = build_prompts(args, plan.total or 500)
-    plan.prompts = len(prompts)
 
     collector = Collector()
     try:
