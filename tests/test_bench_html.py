@@ -97,6 +97,7 @@ def test_the_report_renders_every_chart_without_console_messages(report: tuple[P
         assert "trace" in body  # plotly's trace groups: there is data on it
     for target in ("quick", "steady"):
         assert f"{target}: where the time went" in dom
+    assert "Comparison (interleaved)" in dom and "TTFT p50: steady / quick" in dom
     assert console_messages(result.stderr) == []
 
 

@@ -140,7 +140,7 @@ def test_bench_race_beats_both_singles_and_counts_what_the_losers_wasted(tmp_pat
         result = run_bench(
             "--target", f"a=openai:m@{sim_a.openai_base_url}", "--target", f"b=openai:m@{sim_b.openai_base_url}",
             "--race", "a,b", "--requests", "60", "--concurrency", "6", "--warmup", "1", "--input-tokens", "50",
-            "--json", str(out), "--no-progress",
+            "--json", str(out), "--html", str(out.with_suffix(".html")), "--no-progress",
         )  # fmt: skip
     assert result.returncode == 0, result.stderr
     doc = json.loads(out.read_text())
@@ -160,6 +160,8 @@ def test_bench_race_beats_both_singles_and_counts_what_the_losers_wasted(tmp_pat
     assert 60 * 45 <= info["wasted_input_tokens"] <= 60 * 60
     assert 0 < info["wasted_share"] < 1
     assert "Race race(a,b)" in result.stdout and "wasted by the cancelled losers" in result.stdout
+    page = out.with_suffix(".html").read_text()
+    assert "<h2>Race race(a,b)</h2>" in page and "race(a,b): where the time went" in page
     # A raced request's timeline is its winner's, from the start of the race: phases that tile it.
     for r in races:
         assert r["phases"] and r["ttft_s"] <= r["e2e_s"]

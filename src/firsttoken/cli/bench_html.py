@@ -157,6 +157,33 @@ def _table(document: dict[str, Any]) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
+def _extras(document: dict[str, Any]) -> str:
+    """The comparison and race tables, when the run had them."""
+    out = []
+    rows = document.get("compare") or []
+    if rows:
+        cells = ["<tr><th>metric</th><th>ratio</th><th>95% interval</th></tr>"]
+        for r in rows:
+            metric = "TTFT" if r["metric"] == "ttft_s" else "end-to-end"
+            name = html.escape(f"{metric} p{r['quantile']}: {r['a']} / {r['b']}")
+            cells.append(f"<tr><td>{name}</td><td>{r['ratio']:.2f}</td><td>{r['low']:.2f} - {r['high']:.2f}</td></tr>")
+        out.append("<h2>Comparison (interleaved)</h2><table>" + "".join(cells) + "</table>")
+    race = document.get("race")
+    if race:
+        cells = ["<tr><th>contender</th><th>wins</th><th>share</th></tr>"]
+        for name, wins in race["wins"].items():
+            share = race["win_share"].get(name)
+            shown = "-" if share is None else f"{share:.0%}"
+            cells.append(f"<tr><td>{html.escape(name)}</td><td>{wins}</td><td>{shown}</td></tr>")
+        wasted = race.get("wasted_share")
+        out.append(
+            f"<h2>Race {html.escape(race['label'])}</h2><table>{''.join(cells)}</table>"
+            f"<p>Wasted by the cancelled losers: {race['wasted_input_tokens']} input and "
+            f"{race['wasted_output_tokens']} output tokens ({'-' if wasted is None else f'{wasted:.0%}'} of all).</p>"
+        )
+    return "\n".join(out)
+
+
 def render(document: dict[str, Any], *, title: str = "firsttoken bench") -> str:
     figs = figures(document)
     data = json.dumps(figs).replace("</", "<\\/")
@@ -179,6 +206,7 @@ td:first-child, th:first-child {{ text-align: left; }}
 <p>Every number was recorded by firsttoken's instrumentation of the SDK calls (the same numbers it exports).</p>
 {note}
 {_table(document)}
+{_extras(document)}
 {divs}
 <script type="application/json" id="figures">{data}</script>
 <script>
