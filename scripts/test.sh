@@ -17,13 +17,13 @@ echo "==> installing firsttoken[dev] into $VENV"
 
 # Dashboards and alert rules are tested against a real Prometheus and promtool (Debian's package).
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1 \
-    || ! command -v amtool >/dev/null 2>&1; then
-    echo "==> installing Debian's prometheus and alertmanager (promtool, amtool, a real Prometheus on loopback)"
+    || ! command -v amtool >/dev/null 2>&1 || ! command -v docker-compose >/dev/null 2>&1; then
+    echo "==> installing Debian's prometheus, alertmanager and docker-compose (promtool, amtool, a real Prometheus, the Compose schema)"
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-        prometheus prometheus-alertmanager >/dev/null
+        prometheus prometheus-alertmanager docker-compose >/dev/null
     # The packages may start their own services; the tests run their own instances on free ports.
     for service in prometheus prometheus-alertmanager; do
         ($SUDO service "$service" stop || true) >/dev/null 2>&1

@@ -9,12 +9,13 @@ routed by trace id, and every host:port one file names is served by the file it 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from stack_tools import DATASOURCES, ROOT, generator, load_yaml, targets
+from stack_tools import DATASOURCES, ROOT, generator, load_yaml, need, run, targets
 
 from firsttoken import semconv as sc
 
@@ -332,3 +333,224 @@ def test_stated_image_tags_match_compose() -> None:
             assert stated in images, f"{name} names {stated}, compose runs {sorted(images)}"
     for image in images - {compose()["services"]["loadgen"]["image"]}:
         assert image in texts["docs/stack.md"], f"docs/stack.md does not state {image}"
+
+
+# -- every shipped config against the upstream source at the pinned tags (tests/stack/upstream/) --
+
+UPSTREAM = ROOT / "tests" / "stack" / "upstream"
+TEMPO_KEYS = UPSTREAM / "tempo-v3.0.3.yaml"
+COLLECTOR_KEYS = UPSTREAM / "otelcol-contrib-0.159.0.yaml"
+PROMETHEUS_KEYS = UPSTREAM / "prometheus-v3.14.0.yaml"
+IMAGES = UPSTREAM / "images.yaml"
+CHECKED_SECTION = "## Checked against upstream"
+
+
+def images() -> dict[str, dict[str, Any]]:
+    facts: dict[str, dict[str, Any]] = load_yaml(IMAGES)["images"]
+    return facts
+
+
+def test_every_image_tag_was_read_upstream() -> None:
+    """A bumped image tag fails here until its upstream files are read again and the lists updated."""
+    running = {s["image"] for s in compose()["services"].values()}
+    assert set(images()) == running, "tests/stack/upstream/images.yaml does not describe the images compose runs"
+    schemas = {
+        load_yaml(TEMPO_KEYS)["tag"],
+        load_yaml(COLLECTOR_KEYS)["image"],
+        load_yaml(PROMETHEUS_KEYS)["prometheus"]["image"],
+        load_yaml(PROMETHEUS_KEYS)["alertmanager"]["image"],
+    }
+    assert schemas <= running, f"key lists read for images compose does not run: {schemas - running}"
+    text = (ROOT / "docs" / "stack.md").read_text()
+    assert CHECKED_SECTION in text
+    section = text.split(CHECKED_SECTION, 1)[1].split("\n## ", 1)[0]
+    stated = set(re.findall(r"`((?:[\w.-]+/)*[\w.-]+:v?\d[\w.-]*)`", section))
+    assert stated == running, (
+        f"docs/stack.md ({CHECKED_SECTION}) lists {sorted(stated)}, compose runs {sorted(running)}"
+    )
+
+
+def unknown_keys(config: Any, schema: Any, where: str = "") -> Iterator[str]:
+    """Where `config` leaves the key tree `schema` (the format of tests/stack/upstream/tempo-*.yaml)."""
+    if schema == "any":
+        return
+    if schema == "scalar":
+        if isinstance(config, dict) or (isinstance(config, list) and any(isinstance(i, (dict, list)) for i in config)):
+            yield f"{where}: a value is expected"
+        return
+    if schema == "struct":
+        yield f"{where}: the keys of this struct were not read upstream"
+        return
+    if not isinstance(config, dict):
+        yield f"{where}: a mapping is expected"
+        return
+    for key, value in config.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in schema:
+            yield f"{path}: no such key"
+        else:
+            yield from unknown_keys(value, schema[key], path)
+
+
+def test_tempo_config_loads_under_tempo_3s_strict_loader() -> None:
+    schema = load_yaml(TEMPO_KEYS)
+    assert compose()["services"]["tempo"]["image"] == schema["tag"]
+    assert list(unknown_keys(load_yaml(TEMPO), schema["keys"])) == []
+    # What Tempo 2 accepted and Tempo 3 refuses is caught.
+    old = {"compactor": {"compaction": {"block_retention": "72h"}}}
+    assert list(unknown_keys(old, schema["keys"])) == ["compactor: no such key"]
+    assert list(unknown_keys({"storage": {"trace": {"wal": {"path": "/x", "encoding": "snappy"}}}}, schema["keys"]))
+    # Tempo reads only -config.file from the command line here (cmd/tempo/main.go).
+    args = compose()["services"]["tempo"]["command"]
+    assert [a.split("=")[0] for a in args] == ["-config.file"]
+
+
+def key_paths(node: Any, prefix: str = "") -> set[str]:
+    """Dotted key paths down to values; `[]` for the items of a list of mappings."""
+    if isinstance(node, dict):
+        if not node:
+            return {prefix}
+        paths: set[str] = set()
+        for key, value in node.items():
+            paths |= key_paths(value, f"{prefix}.{key}" if prefix else str(key))
+        return paths
+    if isinstance(node, list) and any(isinstance(item, dict) for item in node):
+        return set().union(*(key_paths(item, prefix + "[]") for item in node))
+    return {prefix}
+
+
+@pytest.mark.parametrize("path", COLLECTOR_CONFIGS, ids=lambda p: p.name)
+def test_collector_keys_exist_upstream(path: Path) -> None:
+    known = load_yaml(COLLECTOR_KEYS)
+    config = load_yaml(path)
+    for section in ("receivers", "processors", "exporters", "extensions"):
+        for component, body in (config.get(section) or {}).items():
+            allowed = known["core"].get(section, {}).get(kind(component)) or known["contrib"].get(section, {}).get(
+                kind(component)
+            )
+            assert allowed, f"{path.name}: {section} {component}: its keys were not read upstream"
+            unknown = key_paths(body) - set(allowed)
+            assert not unknown, f"{path.name}: {component}: keys not found upstream: {sorted(unknown)}"
+    service = {re.sub(r"^pipelines\.[^.]+\.", "pipelines.*.", p) for p in key_paths(config["service"])}
+    assert service <= set(known["core"]["service"]), sorted(service - set(known["core"]["service"]))
+    command = compose()["services"]["otelcol"]["command"]
+    assert {a.lstrip("-").split("=")[0] for a in command} <= set(known["core"]["flags"])
+
+
+def test_prometheus_keys_and_flags_exist_upstream() -> None:
+    known = load_yaml(PROMETHEUS_KEYS)
+    config = load_yaml(ROOT / "prometheus" / "prometheus.yml")
+
+    def check(node: dict[str, Any], schema: Any, where: str) -> None:
+        if schema == "promtool":  # checked by test_stack_rules.py's promtool check config
+            return
+        if isinstance(schema, list):
+            assert set(node) <= set(schema), f"{where}: not in Prometheus 3: {sorted(set(node) - set(schema))}"
+            return
+        for key, value in node.items():
+            assert key in schema, f"{where}{key}: not in Prometheus 3"
+            check(value, schema[key], f"{where}{key}.")
+
+    check(config, known["prometheus"]["keys"], "")
+    assert config["otlp"]["translation_strategy"] in known["prometheus"]["translation_strategies"]
+    for service, name in (("prometheus", "prometheus"), ("alertmanager", "alertmanager")):
+        args = compose()["services"][service]["command"]
+        flags = {a.lstrip("-").split("=")[0] for a in args}
+        assert flags <= set(known[name]["flags"]), f"{service}: unknown flags {flags - set(known[name]['flags'])}"
+        assert compose()["services"][service]["image"] == known[name]["image"]
+    features = {a.split("=", 1)[1] for a in compose()["services"]["prometheus"]["command"] if "enable-feature" in a}
+    assert features <= set(known["prometheus"]["features"])
+
+
+def program_of(service: dict[str, Any], facts: dict[str, Any]) -> str | None:
+    """The program a service's container starts."""
+    entrypoint = service.get("entrypoint")
+    if entrypoint:
+        return str(entrypoint[0] if isinstance(entrypoint, list) else entrypoint.split()[0])
+    if facts.get("entrypoint"):
+        return str(facts["entrypoint"])
+    command = service.get("command")
+    return str(command[0] if isinstance(command, list) else command.split()[0]) if command else None
+
+
+def has(facts: dict[str, Any], program: str) -> bool:
+    return program in facts["executables"] or any(Path(e).name == program for e in facts["executables"])
+
+
+def test_no_service_needs_what_its_image_lacks() -> None:
+    """A shell, a healthcheck command, a one-shot's program, a writable volume: the image has them."""
+    for name, service in compose()["services"].items():
+        facts = images()[service["image"]]
+        program = program_of(service, facts)
+        assert program and has(facts, program), f"{name}: {service['image']} has no {program}"
+        if Path(program).name in ("sh", "bash"):
+            assert facts["shell"], f"{name}: {service['image']} has no shell"
+        healthcheck = service.get("healthcheck", {}).get("test")
+        if healthcheck:
+            if isinstance(healthcheck, str) or healthcheck[0] == "CMD-SHELL":
+                assert facts["shell"], f"{name}: a CMD-SHELL healthcheck, but {service['image']} has no shell"
+            else:
+                assert healthcheck[0] == "CMD" and has(facts, healthcheck[1]), f"{name}: no {healthcheck[1]}"
+        user = str(service.get("user", facts["user"]))
+        named = set(compose().get("volumes") or {})
+        for volume in service.get("volumes", []):
+            source, target, *mode = volume.split(":")
+            if source in named and "ro" not in mode and user not in ("root", "0"):
+                assert target in facts.get("owned", []), f"{name}: {target} is not writable by {user}"
+
+
+def depends_on(service: dict[str, Any]) -> dict[str, str]:
+    deps = service.get("depends_on") or {}
+    if isinstance(deps, list):
+        return dict.fromkeys(deps, "service_started")
+    return {dep: spec.get("condition", "service_started") for dep, spec in deps.items()}
+
+
+def test_every_depends_on_chain_can_complete() -> None:
+    services = compose()["services"]
+    for name, service in services.items():
+        for dep, condition in depends_on(service).items():
+            assert dep in services, f"{name} depends on {dep}, which is not a service"
+            target = services[dep]
+            if condition == "service_completed_successfully":
+                assert target.get("restart", "no") in ("no", "on-failure"), f"{dep} is not a one-shot job"
+            elif condition == "service_healthy":
+                assert target.get("healthcheck", {}).get("test"), (
+                    f"{name} waits for {dep} to be healthy: no healthcheck"
+                )
+            else:
+                assert condition == "service_started", f"{name}: {condition}"
+    # No cycle: every service gets a start-up step.
+    step: dict[str, int] = {}
+    while len(step) < len(services):
+        ready = {
+            n: 1 + max((step[d] for d in depends_on(s)), default=-1)
+            for n, s in services.items()
+            if n not in step and all(d in step for d in depends_on(s))
+        }
+        assert ready, f"depends_on cycle among {sorted(set(services) - set(step))}"
+        step.update(ready)
+
+
+def test_docker_compose_validates_the_file(tmp_path: Path) -> None:
+    """Debian's docker-compose (1.29) checks the file against its Compose schema (without `name:`, newer)."""
+    binary = need("docker-compose")
+    text = COMPOSE.read_text()
+    assert re.search(r"^name: firsttoken$", text, re.M)
+    copy = tmp_path / "docker-compose.yml"
+    copy.write_text(re.sub(r"^name: .*\n", "", text, flags=re.M))
+    result = run([binary, "--project-directory", str(ROOT), "-f", str(copy), "config", "-q"])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_one_interval_for_export_scrape_and_grafana() -> None:
+    """The apps' export interval, Prometheus' scrape interval and Grafana's timeInterval agree (15 s)."""
+    env = compose()["services"]["loadgen"]["environment"]
+    export_ms = int(env["OTEL_METRIC_EXPORT_INTERVAL"])
+    scrape = load_yaml(ROOT / "prometheus" / "prometheus.yml")["global"]["scrape_interval"]
+    ds = {d["uid"]: d for d in load_yaml(DATASOURCES)["datasources"]}
+    assert f"{export_ms // 1000}s" == scrape == ds["prometheus"]["jsonData"]["timeInterval"] == "15s"
+    # The dashboards (scripts/stack/dashboards.py) may pin their own minimum interval: the same one.
+    for dashboard in (ROOT / "grafana" / "dashboards").glob("*.json"):
+        pinned = set(re.findall(r'"(?:timeInterval|interval)": "(\d+[smh])"', dashboard.read_text()))
+        assert pinned <= {"15s"}, f"{dashboard.name}: {pinned}"
