@@ -180,3 +180,19 @@ def test_docs_state_the_targets_of_targets_yml() -> None:
     assert stated == expected
     listed = {c for by_class in targets().values() for c in by_class if c}
     assert listed <= set(columns), f"docs/stack.md lacks a column for {listed - set(columns)}"
+
+
+def test_unit_test_series_use_firsttoken_bucket_bounds() -> None:
+    """The synthetic histograms of alerts_test.yml have only bounds firsttoken records (a subset)."""
+    bounds = {
+        "firsttoken_client_time_to_first_token_seconds_bucket": sc.TTFT_BUCKETS,
+        "gen_ai_client_operation_duration_seconds_bucket": sc.DURATION_BUCKETS,
+    }
+    seen = 0
+    for test in load_yaml(ALERT_TESTS)["tests"]:
+        for series in test["input_series"]:
+            match = re.fullmatch(r'(\w+)\{.*\ble="([^"]+)"\}', series["series"])
+            if match and match.group(1) in bounds and match.group(2) != "+Inf":
+                assert float(match.group(2)) in bounds[match.group(1)], series["series"]
+                seen += 1
+    assert seen > 20, "the series were not read"
