@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +19,11 @@ import firsttoken
 from firsttoken import semconv as sc
 from firsttoken import streams
 from firsttoken.sim import LatencyModel, Simulator
+
+if os.environ.get("FIRSTTOKEN_TEST_INSTALLED"):  # scripts/test_release.sh: the wheel, never src/
+    assert firsttoken.__file__ and firsttoken.__file__.startswith(os.environ["FIRSTTOKEN_TEST_INSTALLED"]), (
+        f"testing {firsttoken.__file__}, not the wheel installed in {os.environ['FIRSTTOKEN_TEST_INSTALLED']}"
+    )
 
 
 class Telemetry:

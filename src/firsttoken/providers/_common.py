@@ -11,9 +11,6 @@ from functools import partial
 from importlib import metadata
 from typing import Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from .. import semconv as sc
 from ..config import warn
 from ..context import CALL_START
@@ -96,6 +93,10 @@ _warned: set[str] = set()
 
 def check_version(dist: str, spec: str) -> bool:
     """Whether the installed ``dist`` is in ``spec``; warns once when it is installed but is not."""
+    # Only when an SDK is imported: packaging is not free to import, and instrument() need not pay it.
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
     try:
         installed = metadata.version(dist)
     except metadata.PackageNotFoundError:
