@@ -42,3 +42,5 @@ echo "==> pytest"
 "$VENV/bin/python" -m pytest -q "$@"
 echo "==> the SDK-facing tests again, on the oldest openai and anthropic SDKs firsttoken supports"
 scripts/compat.sh
+echo "==> the release: wheel and sdist built and checked; the installed wheel tested on every Python 3.10-3.13 found"
+scripts/test_release.sh
