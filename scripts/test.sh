@@ -33,14 +33,34 @@ fi
 # The bench HTML report is opened in headless Chromium (Debian's package).
 scripts/install_chromium.sh
 
-echo "==> ruff"
-"$VENV/bin/ruff" check src tests benchmarks scripts
-"$VENV/bin/ruff" format --check src tests benchmarks scripts
-echo "==> mypy"
-"$VENV/bin/mypy"
-echo "==> pytest"
-"$VENV/bin/python" -m pytest -q "$@"
-echo "==> the SDK-facing tests again, on the oldest openai and anthropic SDKs firsttoken supports"
-scripts/compat.sh
-echo "==> the release: wheel and sdist built and checked; the installed wheel tested on every Python 3.10-3.13 found"
-scripts/test_release.sh
+# Every step below runs even when an earlier one failed; the script ends with one summary line and
+# exits non-zero when any step failed. Add a step with: run_step NAME COMMAND [ARGS...]
+PASSED=()
+FAILED=()
+run_step() {
+    local name=$1
+    shift
+    echo "==> $name"
+    if "$@"; then
+        PASSED+=("$name")
+    else
+        echo "==> $name FAILED (exit $?)"
+        FAILED+=("$name")
+    fi
+}
+
+run_step ruff "$VENV/bin/ruff" check src tests benchmarks scripts
+run_step ruff-format "$VENV/bin/ruff" format --check src tests benchmarks scripts
+run_step mypy "$VENV/bin/mypy"
+run_step pytest "$VENV/bin/python" -m pytest -q "$@"
+# The SDK-facing tests again, on the oldest openai and anthropic SDKs firsttoken supports.
+run_step pytest-oldest-sdks scripts/compat.sh
+# The release: wheel and sdist built and checked; the installed wheel tested on every Python 3.10-3.13 found.
+run_step release scripts/test_release.sh
+
+if [ ${#FAILED[@]} -eq 0 ]; then
+    echo "==> test.sh: all ${#PASSED[@]} steps passed (${PASSED[*]})"
+else
+    echo "==> test.sh: FAILED ${FAILED[*]}; passed ${PASSED[*]:-nothing}"
+    exit 1
+fi
