@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -272,6 +273,7 @@ def _exported_call_span(collector: _Collector) -> Any:
     assert len(calls) == 1, [s.name for s in spans]
     resource = {a.key: a.value.string_value for a in collector.traces[0].resource_spans[0].resource.attributes}
     assert resource["service.name"] == "subprocess-app"
+    assert uuid.UUID(resource["service.instance.id"]), "replicas of one service stay apart"
     return calls[0]
 
 

@@ -1,14 +1,32 @@
-"""Set up OTLP export from the standard ``OTEL_*`` variables, for apps that configured nothing.
+"""Set up export from the standard ``OTEL_*`` variables, for apps that configured nothing.
 
-Only used when ``instrument()`` is given no providers and no global ones are set, so that one line
-is enough in production. Endpoint, headers, timeouts and compression are read by the OTLP
-exporters themselves; the service name and resource by ``Resource.create()``.
+Only used when ``instrument()`` is given no providers and no global ones are set (then also for
+``opentelemetry-instrument`` without ``opentelemetry-distro``), so that one line is enough in
+production. Endpoint, headers and compression are read by the OTLP exporters themselves; the service
+name and resource by ``Resource.create()``. What firsttoken adds:
+
+- ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER``: ``otlp`` (default), ``console``, ``none``,
+  or a comma list of them, as the specification allows;
+- a ``service.instance.id`` (a UUID per process, as the OTel resource detectors make) when the app's
+  resource and environment set none, so that replicas of one service stay apart;
+- a metric export every 15 s unless ``OTEL_METRIC_EXPORT_INTERVAL`` says otherwise;
+- short exporter timeouts (3 s unless ``OTEL_EXPORTER_OTLP[_TRACES|_METRICS]_TIMEOUT``, in seconds, is set) and
+  a flush at exit bounded by ``FIRSTTOKEN_SHUTDOWN_TIMEOUT`` (2000 ms), so that a process whose
+  collector is down still exits promptly;
+- one log line, not one per retry, when the collector does not answer (:class:`UnreachableFilter`).
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
-from collections.abc import Mapping
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import MeterProvider
@@ -16,10 +34,35 @@ from opentelemetry.trace import TracerProvider
 
 from .config import ConfigError
 
+log = logging.getLogger("firsttoken")
+
 ENV_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
 ENV_TRACES_PROTOCOL = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 ENV_METRICS_PROTOCOL = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+ENV_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+ENV_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+ENV_METRICS_ENDPOINT = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+ENV_TRACES_EXPORTER = "OTEL_TRACES_EXPORTER"
+ENV_METRICS_EXPORTER = "OTEL_METRICS_EXPORTER"
+ENV_TIMEOUT = "OTEL_EXPORTER_OTLP_TIMEOUT"
+ENV_TRACES_TIMEOUT = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"
+ENV_METRICS_TIMEOUT = "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT"
+ENV_METRIC_EXPORT_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
+ENV_METRIC_EXPORT_TIMEOUT = "OTEL_METRIC_EXPORT_TIMEOUT"
+ENV_SHUTDOWN_TIMEOUT = "FIRSTTOKEN_SHUTDOWN_TIMEOUT"
+
+EXPORT_TIMEOUT_S = 3.0
+"""Per export, retries included, unless an ``OTEL_EXPORTER_OTLP_*TIMEOUT`` is set (the SDK's is 10 s)."""
+METRIC_EXPORT_INTERVAL_MS = 15_000
+"""Unless ``OTEL_METRIC_EXPORT_INTERVAL`` is set (the SDK's is 60 s); the dashboards assume 15 s."""
+SHUTDOWN_TIMEOUT_MS = 2_000
+"""The most the flush at exit may take, unless ``FIRSTTOKEN_SHUTDOWN_TIMEOUT`` says otherwise."""
+QUIET_S = 600.0
+"""After the one line about an unreachable collector, the next one waits this long (or a success)."""
+
 _PROTOCOLS = ("http/protobuf", "grpc")
+_EXPORTERS = ("otlp", "console", "none")
+_SERVICE_INSTANCE_ID = "service.instance.id"
 
 
 def globals_unset() -> bool:
@@ -40,41 +83,391 @@ def _protocol(signal_env: str, environ: Mapping[str, str]) -> str:
     return "http/protobuf"  # the specification's default
 
 
-def setup(environ: Mapping[str, str] | None = None) -> tuple[TracerProvider, MeterProvider]:
-    """Global SDK providers exporting over OTLP with batching (export never blocks a call)."""
-    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+def exporter_names(env_name: str, environ: Mapping[str, str]) -> list[str]:
+    """``OTEL_TRACES_EXPORTER``-style list: ``otlp`` when unset; ``none`` entries name nothing."""
+    raw = environ.get(env_name)
+    if raw is None or not raw.strip():
+        return ["otlp"]
+    names = [part.strip().lower() for part in raw.split(",") if part.strip()]
+    unknown = [n for n in names if n not in _EXPORTERS]
+    if unknown:
+        raise ConfigError(
+            f"{env_name}={raw!r}: firsttoken's own set-up knows otlp, console and none "
+            "(for other exporters, install opentelemetry-distro or pass your own providers)"
+        )
+    return list(dict.fromkeys(n for n in names if n != "none"))
 
-    env = os.environ if environ is None else environ
-    traces_protocol = _protocol(ENV_TRACES_PROTOCOL, env)
-    metrics_protocol = _protocol(ENV_METRICS_PROTOCOL, env)
-    if traces_protocol == "grpc":
+
+def _millis(name: str, environ: Mapping[str, str], default: int) -> int:
+    raw = environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number of milliseconds") from None
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r} must be >= 0 milliseconds")
+    return value
+
+
+def _timeout(signal_env: str, environ: Mapping[str, str]) -> float:
+    """Seconds per export: the signal's variable, else the general one (both in seconds, as the
+    Python OTLP exporters read them), else firsttoken's short default."""
+    for name in (signal_env, ENV_TIMEOUT):
+        raw = environ.get(name, "").strip()
+        if raw:
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ConfigError(f"{name}={raw!r} is not a number of seconds") from None
+            if not value > 0 or value == float("inf"):
+                raise ConfigError(f"{name}={raw!r} must be a positive number of seconds")
+            return value
+    return EXPORT_TIMEOUT_S
+
+
+# -- what was and was not exported -------------------------------------------------------------------
+
+
+class ExportTally:
+    """Counts of what the OTLP exporters firsttoken set up delivered and failed to deliver.
+
+    Spans are counted one by one; metrics by export (one per reader collection).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.exported: dict[str, int] = {"spans": 0, "metrics": 0}
+        self.failed: dict[str, int] = {"spans": 0, "metrics": 0}
+        self._on_success: list[Callable[[], None]] = []
+
+    def record(self, signal: str, count: int, ok: bool) -> None:
+        with self._lock:
+            (self.exported if ok else self.failed)[signal] += count
+            callbacks = list(self._on_success) if ok else []
+        for callback in callbacks:
+            callback()
+
+    def on_success(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            self._on_success.append(callback)
+
+
+def _counted(base: type[Any], signal: str, tally: ExportTally) -> type[Any]:
+    """A subclass of an SDK exporter class whose ``export`` also counts the outcome in ``tally``."""
+
+    class Counted(base):  # type: ignore[misc]
+        def export(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
+            result = super().export(batch, *args, **kwargs)
+            count = len(batch) if signal == "spans" else 1
+            tally.record(signal, count, getattr(result, "name", "") == "SUCCESS")
+            return result
+
+    Counted.__name__ = Counted.__qualname__ = base.__name__
+    return Counted
+
+
+# -- one line when the collector does not answer ----------------------------------------------------
+
+# What the OTLP exporters (http and grpc, SDK 1.30 to 1.45) log while a collector refuses, black-holes
+# or cannot be resolved: retry notices, the final give-up, and transport errors the SDK's processors log.
+_UNREACHABLE = re.compile(
+    r"Transient error|due to timeout, max retries or shutdown|Shutdown in progress, aborting retry|"
+    r"Connection refused|Failed to establish a new connection|Max retries exceeded|timed out|"
+    r"Name or service not known|StatusCode\.(UNAVAILABLE|DEADLINE_EXCEEDED)|ConnectionError|ConnectTimeout|"
+    r"ReadTimeout"
+)
+_REASONS = (
+    ("Connection refused", "connection refused"),
+    ("ConnectionRefused", "connection refused"),
+    ("timed out", "timed out"),
+    ("Timeout", "timed out"),
+    ("DEADLINE_EXCEEDED", "timed out"),
+    ("Name or service not known", "host not found"),
+    ("UNAVAILABLE", "unavailable"),
+)
+_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.http",
+    "opentelemetry.exporter.otlp.common.http",
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
+    "opentelemetry.sdk.trace.export",
+    "opentelemetry.sdk._shared_internal",
+    "opentelemetry.sdk.metrics._internal.export",
+)
+
+
+def _unreachable(record: logging.LogRecord) -> str | None:
+    """The short reason when ``record`` says the collector did not answer, else None."""
+    try:
+        text = record.getMessage()
+    except Exception:
+        return None
+    if record.exc_info and record.exc_info[1] is not None:
+        exc = record.exc_info[1]
+        if not isinstance(exc, OSError):  # requests', urllib3's and socket's errors all are
+            return None
+        text += f" {type(exc).__name__} {exc}"
+    elif not _UNREACHABLE.search(text):
+        return None
+    return next((reason for marker, reason in _REASONS if marker in text), "no answer")
+
+
+class UnreachableFilter(logging.Filter):
+    """Turns the exporters' messages about a collector that does not answer into one line.
+
+    The first such message becomes one warning on the ``firsttoken`` logger naming the endpoint;
+    the rest are held back until an export succeeds again or ``QUIET_S`` has passed. Every other
+    record (a rejected batch, a bad configuration, an encoding error) goes through untouched.
+    """
+
+    def __init__(self, endpoint: str, quiet_s: float = QUIET_S) -> None:
+        super().__init__()
+        self.endpoint = endpoint
+        self.quiet_s = quiet_s
+        self.held_back = 0
+        self._lock = threading.Lock()
+        self._next_line_at: float | None = None
+
+    def rearm(self) -> None:
+        with self._lock:
+            self._next_line_at = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        reason = _unreachable(record)
+        if reason is None:
+            return True
+        self.report(f"does not answer ({reason}); spans and metrics are dropped until it does")
+        return False
+
+    def report(self, what: str) -> bool:
+        """Log ``the OTLP collector at <endpoint> <what>`` unless a line was said in this outage."""
+        now = time.monotonic()
+        with self._lock:
+            say = self._next_line_at is None or now >= self._next_line_at
+            if say:
+                self._next_line_at = now + self.quiet_s
+            else:
+                self.held_back += 1
+        if say:
+            log.warning("firsttoken: the OTLP collector at %s %s (said once per outage)", self.endpoint, what)
+        return say
+
+    def install(self, names: Sequence[str] = _EXPORTER_LOGGERS) -> None:
+        for name in names:
+            logging.getLogger(name).addFilter(self)
+
+
+# -- providers ---------------------------------------------------------------------------------------
+
+
+def _endpoint(environ: Mapping[str, str], protocol: str, signal_env: str) -> str:
+    for name in (signal_env, ENV_ENDPOINT):
+        raw = environ.get(name, "").strip()
+        if raw:
+            return raw
+    return "http://localhost:4317" if protocol == "grpc" else "http://localhost:4318"
+
+
+def _otlp_span_exporter(protocol: str, timeout: float, tally: ExportTally) -> Any:
+    kwargs: dict[str, Any] = {"timeout": timeout}
+    if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
 
-        span_exporter: object = GrpcSpans()
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
+        return _counted(GrpcSpans, "spans", tally)(**kwargs)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
 
-        span_exporter = HttpSpans()
-    if metrics_protocol == "grpc":
+    return _counted(HttpSpans, "spans", tally)(**kwargs)
+
+
+def _otlp_metric_exporter(protocol: str, timeout: float, tally: ExportTally) -> Any:
+    kwargs: dict[str, Any] = {"timeout": timeout}
+    if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
 
-        metric_exporter: object = GrpcMetrics()
-    else:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
+        return _counted(GrpcMetrics, "metrics", tally)(**kwargs)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
 
-        metric_exporter = HttpMetrics()
+    return _counted(HttpMetrics, "metrics", tally)(**kwargs)
 
-    resource = Resource.create()
-    tracer_provider = SdkTracerProvider(resource=resource)
-    tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))  # type: ignore[arg-type]
-    meter_provider = SdkMeterProvider(
-        resource=resource,
-        metric_readers=[PeriodicExportingMetricReader(metric_exporter)],  # type: ignore[arg-type]
+
+class Export:
+    """The SDK providers firsttoken set up, what they exported, and a bounded shutdown."""
+
+    def __init__(
+        self,
+        tracer_provider: Any,
+        meter_provider: Any,
+        *,
+        tally: ExportTally,
+        endpoint: str | None,
+        shutdown_timeout_s: float,
+        quiet: UnreachableFilter | None = None,
+        metric_readers: Sequence[Any] = (),
+    ) -> None:
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        self.tally = tally
+        self.endpoint = endpoint
+        """Where OTLP goes, or None when no OTLP exporter was set up."""
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self.quiet = quiet
+        self.metric_readers = list(metric_readers)
+        """The periodic readers firsttoken made (not the ones passed in)."""
+        self._lock = threading.Lock()
+        self._closed: bool | None = None
+
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Flush and shut both providers down, concurrently, giving up after ``timeout_s``
+        (default: ``FIRSTTOKEN_SHUTDOWN_TIMEOUT``). True when both finished in time. Idempotent."""
+        with self._lock:
+            if self._closed is not None:
+                return self._closed
+            self._closed = False
+        budget = self.shutdown_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + budget
+        millis = max(int(budget * 1000), 1)
+        jobs: list[Callable[[], object]] = [
+            self.tracer_provider.shutdown,
+            lambda: self.meter_provider.shutdown(timeout_millis=millis),
+        ]
+        threads = [threading.Thread(target=_quietly(job), name="firsttoken-shutdown", daemon=True) for job in jobs]
+        try:
+            for thread in threads:
+                thread.start()
+        except RuntimeError:  # no new threads this late in the interpreter's shutdown: do it inline
+            for job in jobs:
+                _quietly(job)()
+            self._closed = True
+            return True
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        done = not any(thread.is_alive() for thread in threads)
+        if not done:
+            log.debug("firsttoken: the flush at exit gave up after %.1f s", budget)
+            if self.quiet is not None:
+                self.quiet.report(f"did not take the last spans and metrics within {budget:g} s; they were dropped")
+        self._closed = done
+        return done
+
+
+def _quietly(job: Callable[[], object]) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            job()
+        except Exception:
+            log.debug("firsttoken: shutting an OpenTelemetry provider down failed", exc_info=True)
+
+    return run
+
+
+_instance: tuple[int, str] | None = None
+
+
+def _instance_id() -> str:
+    """A random UUID for this process (a forked worker gets its own), as the SDK's detector makes."""
+    global _instance
+    if _instance is None or _instance[0] != os.getpid():
+        _instance = (os.getpid(), str(uuid.uuid4()))
+    return _instance[1]
+
+
+def providers(
+    environ: Mapping[str, str] | None = None,
+    *,
+    resource_attributes: Mapping[str, str] | None = None,
+    traces: Sequence[str] | None = None,
+    metrics_: Sequence[str] | None = None,
+    span_processors: Sequence[Any] = (),
+    metric_readers: Sequence[Any] = (),
+) -> Export:
+    """SDK providers exporting as the environment says, with batching (export never blocks a call)
+    and a bounded flush at exit. ``traces`` / ``metrics_`` override ``OTEL_TRACES_EXPORTER`` /
+    ``OTEL_METRICS_EXPORTER``; extra span processors and metric readers are added as given."""
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        ConsoleMetricExporter,
+        MetricReader,
+        PeriodicExportingMetricReader,
     )
-    trace.set_tracer_provider(tracer_provider)
-    metrics.set_meter_provider(meter_provider)
-    return tracer_provider, meter_provider
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    env = os.environ if environ is None else environ
+    trace_names = list(traces) if traces is not None else exporter_names(ENV_TRACES_EXPORTER, env)
+    metric_names = list(metrics_) if metrics_ is not None else exporter_names(ENV_METRICS_EXPORTER, env)
+    traces_protocol = _protocol(ENV_TRACES_PROTOCOL, env)
+    metrics_protocol = _protocol(ENV_METRICS_PROTOCOL, env)
+    interval_ms = _millis(ENV_METRIC_EXPORT_INTERVAL, env, METRIC_EXPORT_INTERVAL_MS)
+    if interval_ms == 0:
+        raise ConfigError(f"{ENV_METRIC_EXPORT_INTERVAL}=0: the metric export interval must be > 0 milliseconds")
+    shutdown_ms = _millis(ENV_SHUTDOWN_TIMEOUT, env, SHUTDOWN_TIMEOUT_MS)
+    tally = ExportTally()
+
+    resource = Resource.create(dict(resource_attributes or {}))
+    if not resource.attributes.get(_SERVICE_INSTANCE_ID):  # SDKs before 1.39 add none of their own
+        resource = resource.merge(Resource({_SERVICE_INSTANCE_ID: _instance_id()}))
+
+    tracer_provider = SdkTracerProvider(resource=resource, shutdown_on_exit=False)
+    for processor in span_processors:
+        tracer_provider.add_span_processor(processor)
+    for name in trace_names:
+        span_exporter: Any = (
+            _otlp_span_exporter(traces_protocol, _timeout(ENV_TRACES_TIMEOUT, env), tally)
+            if name == "otlp"
+            else ConsoleSpanExporter()
+        )
+        tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+
+    readers: list[MetricReader] = []
+    metrics_timeout = _timeout(ENV_METRICS_TIMEOUT, env)
+    export_timeout_ms = _millis(ENV_METRIC_EXPORT_TIMEOUT, env, int(metrics_timeout * 1000))
+    for name in metric_names:
+        metric_exporter: Any = (
+            _otlp_metric_exporter(metrics_protocol, metrics_timeout, tally)
+            if name == "otlp"
+            else ConsoleMetricExporter()
+        )
+        readers.append(
+            PeriodicExportingMetricReader(
+                metric_exporter, export_interval_millis=interval_ms, export_timeout_millis=export_timeout_ms
+            )
+        )
+    meter_provider = SdkMeterProvider(
+        resource=resource, metric_readers=[*metric_readers, *readers], shutdown_on_exit=False
+    )
+
+    endpoint = quiet = None
+    if "otlp" in trace_names or "otlp" in metric_names:
+        endpoint = (
+            _endpoint(env, traces_protocol, ENV_TRACES_ENDPOINT)
+            if "otlp" in trace_names
+            else _endpoint(env, metrics_protocol, ENV_METRICS_ENDPOINT)
+        )
+        quiet = UnreachableFilter(endpoint)
+        quiet.install()
+        tally.on_success(quiet.rearm)
+    export = Export(
+        tracer_provider,
+        meter_provider,
+        tally=tally,
+        endpoint=endpoint,
+        shutdown_timeout_s=shutdown_ms / 1000,
+        quiet=quiet,
+        metric_readers=readers,
+    )
+    atexit.register(export.close)
+    return export
+
+
+def setup(environ: Mapping[str, str] | None = None) -> tuple[TracerProvider, MeterProvider]:
+    """Global SDK providers from the environment (see the module's docstring)."""
+    export = providers(environ)
+    trace.set_tracer_provider(export.tracer_provider)
+    metrics.set_meter_provider(export.meter_provider)
+    return export.tracer_provider, export.meter_provider

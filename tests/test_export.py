@@ -1,0 +1,321 @@
+"""firsttoken's own export set-up: a collector that is down, ``OTEL_*_EXPORTER``, the resource, the
+metric interval. The exit-time tests run real subprocesses and time them from the outside."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from firsttoken import _otlp
+from firsttoken.config import ConfigError
+
+APP = """
+import time
+import openai
+import firsttoken
+firsttoken.instrument()
+from firsttoken.sim import LatencyModel, Simulator
+with Simulator(latency=LatencyModel(queue_ms=1, decode_tokens_per_s=2000, jitter=0, output_tokens=5)) as sim:
+    c = openai.OpenAI(base_url=sim.openai_base_url, api_key="sk-subprocess", max_retries=0)
+    for _ in range(3):
+        for _ in c.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
+                                           stream=True, stream_options={"include_usage": True}):
+            pass
+    print("LAST CALL ENDED", time.time(), flush=True)
+"""
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))}
+    return env | {"OTEL_SERVICE_NAME": "exit-test", **extra}
+
+
+def _exit_delay(tmp_path: Path, env: dict[str, str], command: list[str] | None = None) -> tuple[float, str]:
+    """Seconds from the app's last call to the end of its process, and what it wrote to stderr."""
+    script = tmp_path / "app.py"
+    script.write_text(textwrap.dedent(APP))
+    done = subprocess.run([*(command or [sys.executable]), str(script)], env=env, capture_output=True, text=True)
+    ended = time.time()
+    assert done.returncode == 0, done.stderr
+    last = next(float(line.split()[-1]) for line in done.stdout.splitlines() if line.startswith("LAST CALL ENDED"))
+    return ended - last, done.stderr
+
+
+class _BlackHole:
+    """A loopback OTLP endpoint that never answers: either it never accepts (the kernel completes the
+    handshake into a full backlog) or it accepts and then reads forever without replying."""
+
+    def __init__(self, accept: bool) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=1)
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        self._closing = False
+        if accept:
+            threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)  # held open, never read from or written to
+
+    def close(self) -> None:
+        self._closing = True
+        for conn in self.accepted:
+            conn.close()
+        self.sock.close()
+
+
+def _refused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """The same app exporting nothing: the machine's own cost of ending this process right now."""
+    delay, _ = _exit_delay(
+        tmp_path_factory.mktemp("baseline"), _clean_env(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none")
+    )
+    return delay
+
+
+@pytest.mark.parametrize("collector", ["refused", "never-accepts", "accepts-never-answers"])
+def test_exit_is_prompt_when_the_collector_is_down(tmp_path: Path, baseline: float, collector: str) -> None:
+    hole = None if collector == "refused" else _BlackHole(accept=collector == "accepts-never-answers")
+    port = _refused_port() if hole is None else hole.port
+    try:
+        delay, stderr = _exit_delay(tmp_path, _clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}"))
+    finally:
+        if hole is not None:
+            hole.close()
+    budget = _otlp.SHUTDOWN_TIMEOUT_MS / 1000
+    # What firsttoken adds at exit is its bounded flush (plus 1 s for two processes' start-up noise)
+    # over the same app exporting nothing, measured just before on this machine ...
+    assert delay - baseline <= budget + 1.0, (delay, baseline)
+    # ... so the process ends within 5 s of its last call, unless ending a process (imports torn
+    # down) is itself slower than 1 s here right now; then by that much more.
+    assert delay <= 5.0 + max(0.0, baseline - 1.0), (delay, baseline)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) <= 1, stderr
+    assert len(lines) == 1 and f"OTLP collector at http://127.0.0.1:{port}" in lines[0], stderr
+
+
+def test_exit_is_prompt_with_a_live_collector_too(tmp_path: Path, baseline: float) -> None:
+    with _Sink() as sink:
+        delay, stderr = _exit_delay(tmp_path, _clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.port}"))
+    assert stderr.strip() == ""
+    assert delay - baseline <= _otlp.SHUTDOWN_TIMEOUT_MS / 1000 + 1.0, (delay, baseline)
+    assert sink.paths.count("/v1/traces") >= 1 and sink.paths.count("/v1/metrics") >= 1, sink.paths
+
+
+class _Sink:
+    """An OTLP/HTTP endpoint that answers 200 to everything and records the paths."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        paths: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["content-length"]))
+                paths.append(self.path)
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.paths = paths
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+
+    def __enter__(self) -> _Sink:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# -- OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (None, ["otlp"]),
+        ("", ["otlp"]),
+        ("console", ["console"]),
+        ("none", []),
+        ("otlp, console", ["otlp", "console"]),
+        ("Console,console,none", ["console"]),
+    ],
+)
+def test_exporter_names(raw: str | None, expected: list[str]) -> None:
+    environ = {} if raw is None else {_otlp.ENV_TRACES_EXPORTER: raw}
+    assert _otlp.exporter_names(_otlp.ENV_TRACES_EXPORTER, environ) == expected
+
+
+def test_unknown_exporter_is_one_clear_error() -> None:
+    with pytest.raises(ConfigError, match=r"OTEL_METRICS_EXPORTER='prometheus'.*otlp, console and none"):
+        _otlp.exporter_names(_otlp.ENV_METRICS_EXPORTER, {_otlp.ENV_METRICS_EXPORTER: "prometheus"})
+
+
+@pytest.fixture
+def refusing_listener() -> Iterator[tuple[int, list[socket.socket]]]:
+    """A loopback port that records every connection made to it (there must be none)."""
+    hole = _BlackHole(accept=True)
+    try:
+        yield hole.port, hole.accepted
+    finally:
+        hole.close()
+
+
+def test_opentelemetry_instrument_with_console_exporters(
+    tmp_path: Path, refusing_listener: tuple[int, list[socket.socket]]
+) -> None:
+    port, connections = refusing_listener
+    script = tmp_path / "app.py"
+    script.write_text(textwrap.dedent(APP).replace("import firsttoken\nfirsttoken.instrument()\n", ""))
+    env = _clean_env(
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_METRICS_EXPORTER="console",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+    )
+    launcher = Path(sys.executable).with_name("opentelemetry-instrument")
+    done = subprocess.run([str(launcher), sys.executable, str(script)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert '"name": "chat gpt-4o-mini"' in done.stdout, done.stdout[-2000:]
+    assert '"gen_ai.client.operation.duration"' in done.stdout, done.stdout[-2000:]
+    assert "Connection refused" not in done.stderr, done.stderr
+    assert connections == [], "no OTLP connection is attempted when the exporters are console"
+
+
+# -- the resource and the metric interval ---------------------------------------------------------
+
+
+def _reader_intervals(export: _otlp.Export) -> list[float]:
+    return [reader._export_interval_millis for reader in export.metric_readers]  # the SDK's reader keeps it
+
+
+def test_service_instance_id_is_added_when_the_app_sets_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    one = _otlp.providers({}, traces=["console"], metrics_=[])
+    two = _otlp.providers({}, traces=["console"], metrics_=[])
+    ids = [e.tracer_provider.resource.attributes["service.instance.id"] for e in (one, two)]
+    assert uuid.UUID(str(ids[0])) and ids[0] == ids[1], "one id per process, on traces and metrics alike"
+    assert one.meter_provider._sdk_config.resource.attributes["service.instance.id"] == ids[0]
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=pod-7")
+    kept = _otlp.providers({}, traces=["console"], metrics_=[])
+    assert kept.tracer_provider.resource.attributes["service.instance.id"] == "pod-7"
+    assert kept.meter_provider._sdk_config.resource.attributes["service.instance.id"] == "pod-7"
+    for export in (one, two, kept):
+        assert export.close(timeout_s=5)
+
+
+def test_metric_export_interval_defaults_to_15s() -> None:
+    default = _otlp.providers({}, traces=[], metrics_=["console"])
+    assert _reader_intervals(default) == [15_000]
+    chosen = _otlp.providers({_otlp.ENV_METRIC_EXPORT_INTERVAL: "5000"}, traces=[], metrics_=["console"])
+    assert _reader_intervals(chosen) == [5_000]
+    with pytest.raises(ConfigError, match="OTEL_METRIC_EXPORT_INTERVAL='soon'"):
+        _otlp.providers({_otlp.ENV_METRIC_EXPORT_INTERVAL: "soon"}, traces=[], metrics_=[])
+    with pytest.raises(ConfigError, match="FIRSTTOKEN_SHUTDOWN_TIMEOUT='-1'"):
+        _otlp.providers({_otlp.ENV_SHUTDOWN_TIMEOUT: "-1"}, traces=[], metrics_=[])
+    for export in (default, chosen):
+        assert export.close(timeout_s=5)
+
+
+# -- one line when the collector does not answer --------------------------------------------------
+
+
+def _record(logger: str, msg: str, level: int = logging.ERROR, exc: BaseException | None = None) -> logging.LogRecord:
+    exc_info = (type(exc), exc, None) if exc is not None else None
+    return logging.LogRecord(logger, level, __file__, 1, msg, (), exc_info)
+
+
+def test_unreachable_messages_become_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    quiet = _otlp.UnreachableFilter("http://collector:4318")
+    noisy = [
+        _record(
+            "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+            "Transient error HTTPConnectionPool(host='collector', port=4318): Max retries exceeded with url: "
+            "/v1/traces (Caused by NewConnectionError(... [Errno 111] Connection refused)) encountered while "
+            "exporting spans batch, retrying in 1.07s.",
+            logging.WARNING,
+        ),
+        _record(
+            "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+            "Failed to export metrics batch due to timeout, max retries or shutdown.",
+        ),
+        _record(
+            "opentelemetry.exporter.otlp.proto.grpc.exporter",
+            "Transient error StatusCode.UNAVAILABLE encountered while exporting traces to collector:4317, retrying.",
+            logging.WARNING,
+        ),
+        _record("opentelemetry.sdk.trace.export", "Exception while exporting Span.", exc=ConnectionRefusedError(111)),
+    ]
+    kept = [
+        _record(
+            "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+            "Failed to export spans batch code: 400, reason: Bad Request",
+        ),
+        _record("opentelemetry.sdk.trace.export", "Exception while exporting Span.", exc=ValueError("bad attribute")),
+        _record("opentelemetry.exporter.otlp.proto.http.trace_exporter", "Failed to encode span batch: boom"),
+    ]
+    with caplog.at_level(logging.WARNING, logger="firsttoken"):
+        assert [quiet.filter(r) for r in noisy * 3] == [False] * 12
+        assert all(quiet.filter(r) for r in kept), "other exporter errors are not hidden"
+    said = [r.getMessage() for r in caplog.records if r.name == "firsttoken"]
+    assert said == [
+        "firsttoken: the OTLP collector at http://collector:4318 does not answer (connection refused); spans and "
+        "metrics are dropped until it does (said once per outage)"
+    ]
+    assert quiet.held_back == 11
+    # After an export succeeds, the next outage is said again.
+    quiet.rearm()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="firsttoken"):
+        quiet.filter(noisy[2])
+    assert ["(unavailable)" in r.getMessage() for r in caplog.records] == [True]
+
+
+def test_tally_counts_what_reached_the_collector_and_what_did_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    with _Sink() as sink:
+        monkeypatch.setenv(_otlp.ENV_ENDPOINT, f"http://127.0.0.1:{sink.port}")
+        export = _otlp.providers()
+        tracer = export.tracer_provider.get_tracer("t")
+        for _ in range(3):
+            tracer.start_span("s").end()
+        export.meter_provider.get_meter("t").create_counter("c").add(1)
+        assert export.close(timeout_s=10)
+    assert export.tally.exported == {"spans": 3, "metrics": 1}
+    assert export.tally.failed == {"spans": 0, "metrics": 0}
+
+    monkeypatch.setenv(_otlp.ENV_ENDPOINT, f"http://127.0.0.1:{_refused_port()}")
+    monkeypatch.setenv(_otlp.ENV_TIMEOUT, "0.5")
+    export = _otlp.providers()
+    assert export.endpoint == os.environ[_otlp.ENV_ENDPOINT]
+    export.tracer_provider.get_tracer("t").start_span("s").end()
+    export.close(timeout_s=10)
+    assert export.tally.exported["spans"] == 0 and export.tally.failed["spans"] == 1
