@@ -37,6 +37,7 @@ TESTS=(
     tests/test_anthropic.py
     tests/test_openai_fidelity.py
     tests/test_wire.py
+    tests/test_anthropic_tracing.py
 )
 
 export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive

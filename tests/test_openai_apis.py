@@ -314,6 +314,36 @@ def test_embeddings(telemetry: Telemetry, sim: Any) -> None:
     assert sc.GEN_AI_USAGE_OUTPUT_TOKENS not in attrs
 
 
+@pytest.mark.parametrize("how", ["base64", "raw", "streaming_response"])
+def test_embeddings_dimensions_from_base64(telemetry: Telemetry, sim: Any, how: str) -> None:
+    # The SDK asks for base64 by default and decodes it itself, except in raw responses; with
+    # encoding_format="base64" the app gets the string. The count comes from the string's length.
+    c = client(sim)
+    kwargs: dict[str, Any] = {"model": "text-embedding-3-small", "input": ["hello", "world"], "dimensions": 48}
+    if how == "base64":
+        result = c.embeddings.create(**kwargs, encoding_format="base64")
+        assert isinstance(result.data[0].embedding, str)
+    elif how == "raw":
+        raw = c.embeddings.with_raw_response.create(**kwargs)
+        assert isinstance(raw.http_response.json()["data"][0]["embedding"], str)
+        raw.parse()
+    else:
+        with c.embeddings.with_streaming_response.create(**kwargs) as response:
+            assert isinstance(response.json()["data"][0]["embedding"], str)
+    attrs = check_call(telemetry, operation="embeddings", model="text-embedding-3-small", stream=False)
+    assert attrs[sc.GEN_AI_EMBEDDINGS_DIMENSION_COUNT] == 48
+
+
+@pytest.mark.parametrize(
+    ("encoded", "count"),
+    [("AACAPw==", 1), ("AACAPwAAAEA=", 2), ("AACA", None), ("AACAPwAAAEAAAEBA", 3), ("", None), ("abc", None)],
+)
+def test_base64_float32_count(encoded: str, count: int | None) -> None:
+    from firsttoken.providers.openai import base64_float32_count
+
+    assert base64_float32_count(encoded) == count
+
+
 async def test_embeddings_async(telemetry: Telemetry, sim: Any) -> None:
     c = aclient(sim)
     await c.embeddings.create(model="text-embedding-3-small", input="hello", encoding_format="float")

@@ -465,9 +465,20 @@ def providers(
     return export
 
 
+_own_global: Any = None
+
+
+def is_own_global(tracer_provider: object) -> bool:
+    """Whether ``tracer_provider`` is the global one firsttoken's own set-up installed (so the app,
+    uninstrumented, would have had no global provider at all)."""
+    return _own_global is not None and tracer_provider is _own_global
+
+
 def setup(environ: Mapping[str, str] | None = None) -> tuple[TracerProvider, MeterProvider]:
     """Global SDK providers from the environment (see the module's docstring)."""
+    global _own_global
     export = providers(environ)
+    _own_global = export.tracer_provider
     trace.set_tracer_provider(export.tracer_provider)
     metrics.set_meter_provider(export.meter_provider)
     return export.tracer_provider, export.meter_provider

@@ -50,32 +50,65 @@ def register_response(response: Any, tl: Timeline) -> None:
 
 HINT = "hint"
 """Marks a header kept as is in ``Timeline.hints`` (name -> value)."""
+MAX_HEADER_VALUE = 256
+"""Characters kept of a server-chosen header value (a request id, a reset time, a hint); the rest is cut."""
+MAX_SECONDS = 86_400.0
+"""A server-reported duration above a day is not believed (the header is skipped)."""
+MAX_COUNT = 2**53
+"""A remaining-quota count above this is not believed (the header is skipped)."""
+
+
+def _text(value: str) -> str:
+    return value[:MAX_HEADER_VALUE]
+
+
+def _duration(seconds: float) -> float:
+    """Refuses inf, nan, negative and more than a day (``ValueError``)."""
+    if not 0.0 <= seconds <= MAX_SECONDS:  # also False for nan
+        raise ValueError(seconds)
+    return seconds
+
+
+def _seconds(value: str) -> float:
+    return _duration(float(value))
+
+
+def _millis(value: str) -> float:
+    return _duration(float(value) / 1000.0)
+
+
+def _count(value: str) -> int:
+    number = float(value)
+    if not 0.0 <= number <= MAX_COUNT:
+        raise ValueError(value)
+    return int(number)
+
 
 # Response headers worth keeping: name -> (attribute, parser). One pass over the raw headers, since
-# every lookup in an httpx Headers object scans them all.
+# every lookup in an httpx Headers object scans them all. A value a parser refuses is skipped alone.
 _HEADERS: dict[bytes, tuple[str, Callable[[str], Any]]] = {
-    b"x-request-id": ("request_id", str),
-    b"request-id": ("request_id", str),
-    b"openai-processing-ms": (sc.FT_SERVER_PROCESSING_TIME, lambda v: float(v) / 1000.0),
-    b"x-ratelimit-remaining-requests": (sc.FT_RATELIMIT_REMAINING_REQUESTS, lambda v: int(float(v))),
-    b"anthropic-ratelimit-requests-remaining": (sc.FT_RATELIMIT_REMAINING_REQUESTS, lambda v: int(float(v))),
-    b"x-ratelimit-remaining-tokens": (sc.FT_RATELIMIT_REMAINING_TOKENS, lambda v: int(float(v))),
-    b"anthropic-ratelimit-tokens-remaining": (sc.FT_RATELIMIT_REMAINING_TOKENS, lambda v: int(float(v))),
-    b"x-ratelimit-reset-requests": (sc.FT_RATELIMIT_RESET_REQUESTS, str),
-    b"anthropic-ratelimit-requests-reset": (sc.FT_RATELIMIT_RESET_REQUESTS, str),
-    b"x-ratelimit-reset-tokens": (sc.FT_RATELIMIT_RESET_TOKENS, str),
-    b"anthropic-ratelimit-tokens-reset": (sc.FT_RATELIMIT_RESET_TOKENS, str),
-    b"retry-after": (sc.FT_RETRY_AFTER, float),
+    b"x-request-id": ("request_id", _text),
+    b"request-id": ("request_id", _text),
+    b"openai-processing-ms": (sc.FT_SERVER_PROCESSING_TIME, _millis),
+    b"x-ratelimit-remaining-requests": (sc.FT_RATELIMIT_REMAINING_REQUESTS, _count),
+    b"anthropic-ratelimit-requests-remaining": (sc.FT_RATELIMIT_REMAINING_REQUESTS, _count),
+    b"x-ratelimit-remaining-tokens": (sc.FT_RATELIMIT_REMAINING_TOKENS, _count),
+    b"anthropic-ratelimit-tokens-remaining": (sc.FT_RATELIMIT_REMAINING_TOKENS, _count),
+    b"x-ratelimit-reset-requests": (sc.FT_RATELIMIT_RESET_REQUESTS, _text),
+    b"anthropic-ratelimit-requests-reset": (sc.FT_RATELIMIT_RESET_REQUESTS, _text),
+    b"x-ratelimit-reset-tokens": (sc.FT_RATELIMIT_RESET_TOKENS, _text),
+    b"anthropic-ratelimit-tokens-reset": (sc.FT_RATELIMIT_RESET_TOKENS, _text),
+    b"retry-after": (sc.FT_RETRY_AFTER, _seconds),
     # TGI (text-generation-inference), on whole responses: milliseconds.
-    b"x-queue-time": (sc.FT_SERVER_QUEUE_TIME, lambda v: float(v) / 1000.0),
-    b"x-inference-time": (sc.FT_SERVER_INFERENCE_TIME, lambda v: float(v) / 1000.0),
-    b"x-time-per-token": (sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN, lambda v: float(v) / 1000.0),
-    b"x-total-time": (sc.FT_SERVER_TOTAL_TIME, lambda v: float(v) / 1000.0),
+    b"x-queue-time": (sc.FT_SERVER_QUEUE_TIME, _millis),
+    b"x-inference-time": (sc.FT_SERVER_INFERENCE_TIME, _millis),
+    b"x-time-per-token": (sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN, _millis),
+    b"x-total-time": (sc.FT_SERVER_TOTAL_TIME, _millis),
     # Headers that name the server software or a gateway's upstream: kept raw, for providers.endpoints.
-    b"server": (HINT, str),
-    b"x-compute-type": (HINT, str),
-    b"x-litellm-model-api-base": (HINT, str),
-    b"x-litellm-model-id": (HINT, str),
+    b"server": (HINT, _text),
+    b"x-compute-type": (HINT, _text),
+    b"x-litellm-model-api-base": (HINT, _text),
+    b"x-litellm-model-id": (HINT, _text),
 }
 # Server-reported phases among those headers: attribute -> (phase of the server-timing metric, source).
 _PHASES: dict[str, tuple[str, str | None]] = {
@@ -96,7 +129,7 @@ def read_headers(tl: Timeline, headers: Any) -> None:
         key, parse = known
         try:
             parsed = parse(value.decode("latin-1"))
-        except ValueError:
+        except (ValueError, OverflowError):
             continue
         if key == "request_id":
             tl.request_id = parsed

@@ -212,6 +212,9 @@ def test_cli_ctrl_c_in_a_subprocess() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell starts a background job with SIGINT ignored, and a child inherits that: Python then
+        # installs no Ctrl-C handler. A terminal's Ctrl-C is what this test stands for, so restore it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout is not None

@@ -86,6 +86,11 @@ class CallHooks:
     def observer(self, tl: Timeline) -> Observer:
         raise NotImplementedError
 
+    def prepare(self, tl: Timeline, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        """The arguments to call the SDK's ``request`` with, once the call has started (the app's
+        context is still current). As given, unless a provider must keep the request unchanged."""
+        return args, kwargs
+
     def is_stream(self, result: Any) -> bool:
         """Whether a result is the SDK's SSE stream object (its items are read by ``__stream__``)."""
         raise NotImplementedError
@@ -194,6 +199,7 @@ class CallHooks:
         tl = self.start(instance, args, kwargs)
         if tl is None:
             return wrapped(*args, **kwargs)
+        args, kwargs = self.prepare(tl, instance, args, kwargs)
         call_token = CURRENT_CALL.set(tl)
         ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
         try:
@@ -211,6 +217,7 @@ class CallHooks:
         tl = self.start(instance, args, kwargs)
         if tl is None:
             return await wrapped(*args, **kwargs)
+        args, kwargs = self.prepare(tl, instance, args, kwargs)
         call_token = CURRENT_CALL.set(tl)
         ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
         try:

@@ -14,17 +14,33 @@ Usage follows the GenAI conventions: ``gen_ai.usage.input_tokens`` = input + cac
 creation tokens (Anthropic's ``input_tokens`` excludes both), which is also what the cache-hit
 counters count, so Anthropic and OpenAI ratios mean the same thing.
 
-anthropic >= 1.14 has OpenTelemetry tracing of its own (span ``anthropic.messages.create``, on when
-a global tracer provider is set). firsttoken's call span starts first, so the SDK's span nests under
-it; set ``ANTHROPIC_OPEN_TELEMETRY=false`` to keep only firsttoken's.
+anthropic 2.x has OpenTelemetry tracing of its own: a CLIENT span per call, a child of whatever span
+is current, whose trace context it sends to the API (``traceparent``) whenever that context is
+valid. Under firsttoken's call span that made two CLIENT spans per call, and a ``traceparent`` on
+every request even where the uninstrumented app sends none. So, for each call (:func:`_sdk_tracing`):
+
+* by default, the SDK starts no span of its own (firsttoken's is the call span), and the request
+  carries firsttoken's call span's trace context exactly when the uninstrumented app's would have
+  carried the SDK's: the client propagates (its ``open_telemetry`` option, or
+  ``ANTHROPIC_OPEN_TELEMETRY_PROPAGATION``) and either the app's own span is current or the app set
+  a global tracer provider of its own;
+* when the user asked for the SDK's spans (``ANTHROPIC_OPEN_TELEMETRY`` set to anything but
+  ``false``, or a client ``open_telemetry`` option that names a ``tracer_provider``), the SDK's span
+  is kept, nested under firsttoken's, unless it would have had no valid trace context without
+  firsttoken (then it would have started none).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from opentelemetry import propagate, trace
+
+from .. import _otlp
 from .. import semconv as sc
 from .._patch import Patches
 from ..recorder import Recorder
@@ -33,6 +49,8 @@ from ..timeline import Timeline
 from . import _common as common
 from . import endpoints
 from ._hooks import CallDescription, CallHooks
+
+log = logging.getLogger("firsttoken")
 
 SUPPORTED = ">=2.0,<3"
 """The anthropic versions firsttoken is tested with."""
@@ -146,8 +164,71 @@ def observe_event(tl: Timeline, event: Any, now: int) -> None:
         read_usage(tl, event.usage)
 
 
+# -- the SDK's own tracing ------------------------------------------------------------------------
+
+ENV_SDK_TRACING = "ANTHROPIC_OPEN_TELEMETRY"
+_sdk_tracing_asked = False
+"""Whether ``ANTHROPIC_OPEN_TELEMETRY`` asks for the SDK's spans (read when patching, as the SDK
+reads it when a client is made)."""
+
+
+def _global_provider_records() -> bool:
+    """Whether the app set a global tracer provider of its own (firsttoken's own set-up aside)."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return False
+    return not _otlp.is_own_global(provider)
+
+
+def _sdk_tracing(tl: Timeline, client: Any, options: Any) -> Any:
+    """``options`` for the SDK's ``request``, so that the request goes out as it would without
+    firsttoken and the SDK's span is started only when the user asked for it (module docstring).
+
+    The one place firsttoken touches the SDK's tracing. It reads the client's public
+    ``open_telemetry`` property and rewrites two fields of the SDK's ``FinalRequestOptions``: an
+    empty ``span_name`` is the SDK's own way to say "no span for this request" (``start_api_call_span``
+    returns ``None`` for it, in every 2.x), and ``headers`` are the request's extra headers, the
+    same as a method's ``extra_headers=``. Anything unexpected leaves ``options`` as they were.
+    """
+    resolved = getattr(client, "open_telemetry", None)
+    if not isinstance(resolved, Mapping) or not getattr(options, "span_name", None):
+        return options  # an SDK without tracing, or a request no SDK method made
+    traces = resolved.get("traces")
+    if not isinstance(traces, Mapping) or traces.get("enabled") is False:
+        return options  # the SDK's tracing is off for this client: it neither spans nor propagates
+    app_context_valid = bool(trace.get_current_span().get_span_context().is_valid)
+    explicit_provider = resolved.get("tracer_provider") is not None
+    if _sdk_tracing_asked or explicit_provider:
+        if explicit_provider or _global_provider_records() or app_context_valid:
+            return options  # the SDK's span, as asked; it propagates its own context
+        return _copy_options(options, span_name=None)  # uninstrumented, it would have had no span
+    update: dict[str, Any] = {"span_name": None}
+    if resolved.get("propagation", True) and (app_context_valid or _global_provider_records()):
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, trace.set_span_in_context(tl.span))
+        if carrier:
+            headers = options.headers if isinstance(options.headers, Mapping) else {}
+            update["headers"] = {**headers, **carrier}
+    return _copy_options(options, **update)
+
+
+def _copy_options(options: Any, **update: Any) -> Any:
+    copy = getattr(options, "model_copy", None) or options.copy  # pydantic 2, else 1
+    return copy(update=update)
+
+
 class AnthropicHooks(CallHooks):
     provider = "anthropic"
+
+    def prepare(self, tl: Timeline, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        try:
+            if len(args) > 1:
+                return (args[0], _sdk_tracing(tl, instance, args[1]), *args[2:]), kwargs
+            if "options" in kwargs:
+                return args, {**kwargs, "options": _sdk_tracing(tl, instance, kwargs["options"])}
+        except Exception:
+            log.debug("firsttoken: could not keep the anthropic SDK's tracing as it was", exc_info=True)
+        return args, kwargs
 
     def describe(self, options: Any, body: Mapping[str, Any], stream: bool) -> CallDescription | None:
         operation = _classify(options)
@@ -200,7 +281,9 @@ def patch(patches: Patches, recorder: Recorder, provider_of: common.ProviderReso
     """Install the anthropic hooks; False (with a warning) when the installed SDK is unsupported."""
     if not common.check_version("anthropic", SUPPORTED):
         return False
-    global _streaming
+    global _streaming, _sdk_tracing_asked
     from anthropic import _streaming
+
+    _sdk_tracing_asked = os.environ.get(ENV_SDK_TRACING, "").strip().lower() not in ("", "false")
 
     return AnthropicHooks(recorder, provider_of).install(patches, _PUBLIC_METHODS)

@@ -191,6 +191,17 @@ def responses_finish_reason(response: Any) -> str | None:
     return None
 
 
+def base64_float32_count(encoded: str) -> int | None:
+    """How many float32 values a base64 embedding holds (``encoding_format="base64"``, which the
+    SDK asks for by default and which raw responses keep), from its length alone: nothing decoded,
+    nothing kept. None for a string that is not whole base64 of whole float32s."""
+    length = len(encoded)
+    if length == 0 or length % 4:
+        return None
+    size = length // 4 * 3 - (2 if encoded.endswith("==") else 1 if encoded.endswith("=") else 0)
+    return size // 4 if size % 4 == 0 else None
+
+
 def read_result(tl: Timeline, result: Any) -> None:
     """Facts from a whole (non-streamed) result of any of the four APIs."""
     read_identity(tl, result)
@@ -209,6 +220,10 @@ def read_result(tl: Timeline, result: Any) -> None:
         first = g(data[0], "embedding") if data else None
         if isinstance(first, list):
             tl.embedding_dimensions = len(first)
+        elif isinstance(first, str):
+            dimensions = base64_float32_count(first)
+            if dimensions is not None:
+                tl.embedding_dimensions = dimensions
         return
     choices = g(result, "choices") or ()
     for position, choice in enumerate(choices):

@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import semconv as sc
 from ..timeline import Timeline
+from ..transport import MAX_SECONDS
 from ._common import get
 
 _FIELDS = (
@@ -38,7 +39,8 @@ def _take(tl: Timeline, timing: Any, source: str) -> bool:
     found = False
     for field, phase, attr in _FIELDS:
         value = get(timing, field)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        # Finite, not negative, at most a day: anything else is not a duration the server measured.
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_SECONDS:
             tl.extra[attr] = float(value)
             if phase is not None:
                 tl.server_timing[phase] = float(value)
