@@ -321,9 +321,13 @@ class Export:
         self._lock = threading.Lock()
         self._closed: bool | None = None
 
-    def close(self, timeout_s: float | None = None) -> bool:
+    def close(self, timeout_s: float | None = None, *, shutdown: bool = True) -> bool:
         """Flush and shut both providers down, concurrently, giving up after ``timeout_s``
-        (default: ``FIRSTTOKEN_SHUTDOWN_TIMEOUT``). True when both finished in time. Idempotent."""
+        (default: ``FIRSTTOKEN_SHUTDOWN_TIMEOUT``). True when both finished in time. Idempotent.
+
+        ``shutdown=False`` only flushes, for a process about to exit with threads that may still end
+        spans (they are then dropped quietly instead of each logging that the provider is shut down).
+        """
         with self._lock:
             if self._closed is not None:
                 return self._closed
@@ -331,10 +335,14 @@ class Export:
         budget = self.shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget
         millis = max(int(budget * 1000), 1)
-        jobs: list[Callable[[], object]] = [
-            self.tracer_provider.shutdown,
-            lambda: self.meter_provider.shutdown(timeout_millis=millis),
-        ]
+        jobs: list[Callable[[], object]] = (
+            [self.tracer_provider.shutdown, lambda: self.meter_provider.shutdown(timeout_millis=millis)]
+            if shutdown
+            else [
+                lambda: self.tracer_provider.force_flush(timeout_millis=millis),
+                lambda: self.meter_provider.force_flush(timeout_millis=millis),
+            ]
+        )
         threads = [threading.Thread(target=_quietly(job), name="firsttoken-shutdown", daemon=True) for job in jobs]
         try:
             for thread in threads:

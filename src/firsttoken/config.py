@@ -8,9 +8,11 @@ turns that into one warning and leaves the app uninstrumented rather than crash 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 ENV_DISABLED = "FIRSTTOKEN_DISABLED"
@@ -211,6 +213,25 @@ class FirstTokenWarning(UserWarning):
     """firsttoken could not do something it was asked to; the app runs on, unmeasured there."""
 
 
+# Frames of these packages are between the app and a warning; it is reported at the app's line.
+_NOT_THE_APP = ("firsttoken", "openai", "anthropic", "httpx", "httpx2", "httpcore", "wrapt", "opentelemetry")
+
+
+def _app_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside firsttoken, the SDKs and OpenTelemetry (whose
+    instrumentor calls ``_instrument``), counted from the caller of :func:`warn`."""
+    frame: FrameType | None = sys._getframe(2)
+    level = 2
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if module.partition(".")[0] not in _NOT_THE_APP:
+            return level
+        frame = frame.f_back
+        level += 1
+    return 2
+
+
 def warn(message: str) -> None:
-    """One clear warning (``logging.captureWarnings(True)`` routes it to the app's logs)."""
-    warnings.warn(f"firsttoken: {message}", FirstTokenWarning, stacklevel=3)
+    """One clear warning, reported at the app's line that led to it (``logging.captureWarnings(True)``
+    routes it to the app's logs)."""
+    warnings.warn(f"firsttoken: {message}", FirstTokenWarning, stacklevel=_app_stacklevel())

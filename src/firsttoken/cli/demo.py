@@ -24,12 +24,14 @@ import random
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import semconv as sc
-from .report import collect, percentile, render
+from ..config import FirstTokenWarning
+from .report import collect, percentile, render, where_the_time_went
 
 # Latency profiles: fast and slow OpenAI-style models, a reasoning one, two Anthropic-style ones.
 OPENAI_MODELS: dict[str, dict[str, Any]] = {
@@ -54,6 +56,8 @@ QUESTIONS = (
 )
 TRAFFIC = (("interactive", 6), ("async", 3), ("batch", 1))
 OPENAI_KEY = "sk-demo-not-a-real-key"
+CTRL_C_FLUSH_S = 1.0
+"""After Ctrl-C in --continuous, the most the last flush to the collector may take."""
 ANTHROPIC_KEY = "sk-ant-demo-not-a-real-key"
 
 
@@ -73,7 +77,9 @@ def _parser() -> argparse.ArgumentParser:
         help="keep the workload running (the load generator of the docker compose stack); "
         "prints the report every --interval seconds until interrupted",
     )
-    p.add_argument("--interval", type=float, default=30.0, help="seconds between reports with --continuous")
+    p.add_argument(
+        "--interval", type=float, default=30.0, help="seconds between reports with --continuous (default: 30)"
+    )
     return p
 
 
@@ -197,37 +203,95 @@ class _Workload:
         return act
 
 
-def _run(action: Callable[[], None]) -> None:
+def _run(action: Callable[[], None], quiet: threading.Event | None = None) -> None:
     try:
         action()
     except Exception as exc:  # an injected fault the SDK's retries did not absorb: counted from the spans
-        print(f"  (a call failed as injected: {type(exc).__name__})", file=sys.stderr)
+        if quiet is None or not quiet.is_set():
+            print(f"  (a call failed as injected: {type(exc).__name__})", file=sys.stderr)
 
 
-def _setup_telemetry() -> tuple[Any, Any, Any, str | None]:
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricReader
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+class _Telemetry:
+    """Spans in memory for the report and, with ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, OTLP export
+    through firsttoken's own set-up (short timeouts, a bounded flush, one line if it is down)."""
 
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "firsttoken-demo")})
-    spans = InMemorySpanExporter()
-    tracer_provider = TracerProvider(resource=resource)
-    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
-    readers: list[MetricReader] = [InMemoryMetricReader()]
-    if endpoint:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    def __init__(self) -> None:
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-        tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=5000))
-    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
-    return spans, tracer_provider, meter_provider, endpoint
+        from .. import _otlp
+
+        telemetry = self
+
+        class Count(SpanProcessor):
+            def on_end(self, span: ReadableSpan) -> None:
+                telemetry.ended += 1
+
+        self.ended = 0
+        self.spans = InMemorySpanExporter()
+        self.endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+        otlp = ["otlp"] if self.endpoint else []
+        self.export = _otlp.providers(
+            resource_attributes={"service.name": os.environ.get("OTEL_SERVICE_NAME", "firsttoken-demo")},
+            traces=otlp,
+            metrics_=otlp,
+            span_processors=[SimpleSpanProcessor(self.spans), Count()],
+            metric_readers=[InMemoryMetricReader()],
+        )
+        self.tracer_provider = self.export.tracer_provider
+        self.meter_provider = self.export.meter_provider
+
+    def close(self, timeout_s: float | None = None, *, shutdown: bool = True) -> str:
+        """Flush (bounded) and say truthfully what reached the collector."""
+        done = self.export.close(timeout_s, shutdown=shutdown)
+        if not self.endpoint:
+            return "Set OTEL_EXPORTER_OTLP_ENDPOINT to also export over OTLP."
+        exported, failed = self.export.tally.exported, self.export.tally.failed
+        spans, exports = exported["spans"], exported["metrics"]
+        metric_exports = exports + failed["metrics"]
+        if spans == self.ended and exports == metric_exports and done:
+            return f"Exported over OTLP to {self.endpoint}: all {spans} spans and {exports} metric exports."
+        metrics_part = f"{exports} of {metric_exports} metric exports" if metric_exports else "no metric export"
+        why = "it did not answer" if spans == 0 and exports == 0 else "it did not take them all in time"
+        return (
+            f"NOT all exported over OTLP to {self.endpoint}: {spans} of {self.ended} spans and {metrics_part} "
+            f"reached the collector; the rest were dropped ({why})."
+        )
+
+
+class _Progress:
+    """One status line on stderr while the demo works: rewritten in place on a terminal, else a
+    line at each step so that logs show where the time goes."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self._last = ""
+
+    def show(self, text: str, *, step: bool = False) -> None:
+        if self.tty:
+            sys.stderr.write("\r\x1b[2K" + text)
+            sys.stderr.flush()
+        elif step and text != self._last:
+            print(text, file=sys.stderr, flush=True)
+        self._last = text
+
+    def done(self) -> None:
+        if self.tty and self._last:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+        self._last = ""
+
+
+def _notes(caught: list[warnings.WarningMessage]) -> list[str]:
+    """firsttoken's warnings, as the report's own lines (not a source line in the middle of it)."""
+    seen: list[str] = []
+    for w in caught:
+        text = str(w.message)
+        if issubclass(w.category, FirstTokenWarning) and text not in seen:
+            seen.append(text)
+    return [f"note: {text}" for text in seen]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,65 +313,124 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..sim import LatencyModel, Simulator
 
-    spans, tracer_provider, meter_provider, endpoint = _setup_telemetry()
-    if not firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider):
+    telemetry = _Telemetry()
+    if not firsttoken.instrument(tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider):
         print("firsttoken could not instrument the SDKs (see the warning above)", file=sys.stderr)
         return 1
 
     profiles = {**OPENAI_MODELS, **ANTHROPIC_MODELS}
     models = {name: LatencyModel(**profile, jitter=0.25) for name, profile in profiles.items()}
     started = time.perf_counter()
-    out = []
+    progress = _Progress()
+    spans = telemetry.spans
     try:
         with Simulator(models=models, seed=args.seed) as sim:
             clients = _Clients(sim)
             workload = _Workload(clients, sim, args.seed)
-            with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-                if args.continuous:
-                    _continuous(pool, workload, spans, args, started, endpoint)
-                else:
-                    list(pool.map(lambda _: _run(workload.next_action()), range(args.actions)))
-            out.append(_report(spans.get_finished_spans(), started, endpoint, openai.__version__))
-            if not args.no_levers and not args.continuous:
-                print(out[-1], flush=True)
-                out.clear()
+            if args.continuous:
+                _continuous(workload, spans, args, started, progress)
+                # Ctrl-C: flush briefly, then leave at once. Calls still in flight are dropped with
+                # their daemon threads; closing the simulator under them and tearing the interpreter
+                # down would only add seconds to a Ctrl-C (nothing else is left to clean up).
+                print(telemetry.close(timeout_s=CTRL_C_FLUSH_S, shutdown=False), flush=True)
+                sys.stderr.flush()
+                os._exit(0)
+            done = [0]
+            lock = threading.Lock()
+
+            def run_one(_: int) -> None:
+                _run(workload.next_action())
+                with lock:
+                    done[0] += 1
+                    progress.show(f"workload: {done[0]}/{args.actions} user actions", step=done[0] == 1)
+
+            progress.show(f"workload: 0/{args.actions} user actions", step=True)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", FirstTokenWarning)
+                with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+                    list(pool.map(run_one, range(args.actions)))
+            progress.done()
+            print(_report(spans.get_finished_spans(), started, openai.__version__, notes=_notes(caught)), flush=True)
+            if not args.no_levers:
                 print("\nmeasuring the latency levers (before / after)...", flush=True)
-                out.append(_levers(sim, clients, spans))
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", FirstTokenWarning)
+                    table = _levers(sim, clients, spans, progress)
+                progress.done()
+                print("\n".join([table, *_notes(caught)]), flush=True)
             clients.close()
     except KeyboardInterrupt:
-        out.append(_report(spans.get_finished_spans(), started, endpoint, openai.__version__))
+        progress.done()
+        print(_report(spans.get_finished_spans(), started, openai.__version__), flush=True)
     finally:
         firsttoken.uninstrument()
-    print("\n".join(out))
-    tracer_provider.shutdown()
-    meter_provider.shutdown()
+    print(telemetry.close(), flush=True)
     return 0
 
 
-def _continuous(pool: Any, workload: _Workload, spans: Any, args: Any, started: float, endpoint: str | None) -> None:
+def _continuous(workload: _Workload, spans: Any, args: Any, started: float, progress: _Progress) -> None:
+    """Workers run actions until Ctrl-C; every --interval seconds, a report of that window.
+
+    The workers are daemon threads: on Ctrl-C the report and the bounded flush happen at once, and
+    calls still in flight are abandoned with the process instead of holding it up."""
     import openai
 
-    next_report = time.perf_counter() + args.interval
-    while True:
-        futures = [pool.submit(_run, workload.next_action()) for _ in range(args.concurrency)]
-        for f in futures:
-            f.result()
-        if time.perf_counter() >= next_report:
-            print(_report(spans.get_finished_spans(), started, endpoint, openai.__version__), flush=True)
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            _run(workload.next_action(), quiet=stop)
+
+    for n in range(args.concurrency):
+        threading.Thread(target=worker, name=f"demo-worker-{n}", daemon=True).start()
+    window_start = time.perf_counter()
+    try:
+        while True:
+            deadline = window_start + args.interval
+            while (left := deadline - time.perf_counter()) > 0:
+                progress.show(f"running: next report in {left:.0f} s (Ctrl-C to stop)")
+                time.sleep(min(left, 0.5))
+            progress.done()
+            now = time.perf_counter()
+            print(
+                _report(spans.get_finished_spans(), window_start, openai.__version__, since_start=now - started),
+                flush=True,
+            )
             spans.clear()
-            next_report = time.perf_counter() + args.interval
+            window_start = now
+    except KeyboardInterrupt:
+        stop.set()
+        progress.done()
+        now = time.perf_counter()
+        print(
+            _report(spans.get_finished_spans(), window_start, openai.__version__, since_start=now - started),
+            flush=True,
+        )
+    finally:
+        stop.set()
 
 
-def _report(finished: Iterable[Any], started: float, endpoint: str | None, sdk_version: str) -> str:
+def _report(
+    finished: Iterable[Any],
+    window_start: float,
+    sdk_version: str,
+    *,
+    since_start: float | None = None,
+    notes: list[str] | None = None,
+) -> str:
     finished = list(finished)
     stats = collect(finished)
     calls = sum(s.calls for s in stats.values())
     actions = [s for s in finished if s.attributes and sc.FT_ACTION_LLM_CALLS in s.attributes]
-    elapsed = time.perf_counter() - started
-    title = (
-        f"firsttoken demo: {len(actions)} user actions, {calls} LLM calls through the openai SDK {sdk_version}"
-        f" and the anthropic SDK, against the built-in simulator, in {elapsed:.1f} s"
+    elapsed = time.perf_counter() - window_start
+    what = (
+        f"{len(actions)} user actions, {calls} LLM calls through the openai SDK {sdk_version} and the anthropic SDK, "
+        "against the built-in simulator"
     )
+    if since_start is None:
+        title = f"firsttoken demo: {what}, in {elapsed:.1f} s"
+    else:
+        title = f"firsttoken demo, the last {elapsed:.0f} s: {what} (running for {since_start:.0f} s)"
     app = [(s.end_time - s.start_time) / 1e9 for s in actions if s.end_time and s.start_time]
     lines = [render(stats, title=title), ""]
     if app:
@@ -316,13 +439,15 @@ def _report(finished: Iterable[Any], started: float, endpoint: str | None, sdk_v
             f"Application end-to-end (user action -> rendered), {len(app)} actions: "
             f"p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
         )
+    breakdown = where_the_time_went(finished)
+    if breakdown:
+        lines += ["", *breakdown]
     lines += [
+        "",
         "TTFT: SDK call to the first chunk carrying output (streamed calls). TPOT: decode time per output",
         "token after the first. End-to-end: SDK call to the last byte. Cache hit: cached / input tokens.",
-        f"Exported over OTLP to {endpoint}."
-        if endpoint
-        else "Set OTEL_EXPORTER_OTLP_ENDPOINT to also export over OTLP.",
     ]
+    lines += notes or []
     return "\n".join(lines)
 
 
@@ -359,7 +484,7 @@ def _measure(spans: Any, body: Callable[[], None]) -> list[Any]:
     return _calls(spans)
 
 
-def _levers(sim: Any, clients: _Clients, spans: Any) -> str:
+def _levers(sim: Any, clients: _Clients, spans: Any, progress: _Progress) -> str:
     import openai
 
     import firsttoken
@@ -370,6 +495,8 @@ def _levers(sim: Any, clients: _Clients, spans: Any) -> str:
     oai: Any = clients.openai
 
     # 1. A new client (and connection pool) per call vs one client reused.
+    progress.show("lever 1/4: reuse the SDK client", step=True)
+
     def per_call_clients() -> None:
         for _ in range(6):
             c = openai.OpenAI(base_url=sim.openai_base_url, api_key=OPENAI_KEY)
@@ -400,6 +527,8 @@ def _levers(sim: Any, clients: _Clients, spans: Any) -> str:
     )
 
     # 2. A prompt prefix that changes every call (a timestamp up front) vs a stable prefix.
+    progress.show("lever 2/4: keep the prompt prefix stable", step=True)
+
     def ttft_and_hits(calls: list[Any]) -> tuple[float, float]:
         ttft = _mean(
             [c.attributes[sc.FT_TIME_TO_FIRST_TOKEN] for c in calls if sc.FT_TIME_TO_FIRST_TOKEN in c.attributes]
@@ -437,6 +566,8 @@ def _levers(sim: Any, clients: _Clients, spans: Any) -> str:
     )
 
     # 3. Independent calls one after another vs in parallel, inside one user action.
+    progress.show("lever 3/4: parallelize independent calls", step=True)
+
     def action_run(parallel: bool) -> Callable[[], None]:
         def call() -> None:
             for _ in oai.chat.completions.create(model=model, messages=msgs, max_tokens=24, stream=True):
@@ -473,6 +604,8 @@ def _levers(sim: Any, clients: _Clients, spans: Any) -> str:
     )
 
     # 4. Unbounded output vs a max_tokens budget.
+    progress.show("lever 4/4: bound the output (max_tokens)", step=True)
+
     def bounded(limit: int | None) -> Callable[[], None]:
         def run() -> None:
             for _ in range(2):

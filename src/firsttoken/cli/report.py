@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import semconv as sc
+
+P95_MIN_CALLS = 20
+"""Below this many calls a p95 is the slowest call or next to it (1 in 20 calls is slower)."""
+P99_MIN_CALLS = 100
+"""Below this many calls a p99 is the slowest call or next to it."""
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -101,13 +107,17 @@ def render(stats: dict[tuple[str, str], ModelStats], *, title: str) -> str:
         "cache hit",
     )
     rows: list[tuple[str, ...]] = [header]
+    few = set()
     for (provider, model), s in sorted(stats.items()):
         ratio = s.cache_hit_ratio
+        mark = "*" if s.calls < P95_MIN_CALLS else "+" if s.calls < P99_MIN_CALLS else ""
+        if mark:
+            few.add(mark)
         rows.append(
             (
                 provider,
                 model,
-                str(s.calls),
+                f"{s.calls}{mark}",
                 str(s.streamed),
                 str(s.errors),
                 _ms_triplet(s.ttft),
@@ -126,4 +136,57 @@ def render(stats: dict[tuple[str, str], ModelStats], *, title: str) -> str:
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
+    if few:
+        lines.append("")
+        if "*" in few:
+            lines.append(
+                f"* fewer than {P95_MIN_CALLS} calls: p95 and p99 are about the slowest call, not a percentile of many"
+            )
+        if "+" in few:
+            lines.append(f"+ fewer than {P99_MIN_CALLS} calls: p99 is about the slowest call")
     return "\n".join(lines)
+
+
+def _phase_ms(ns: int) -> str:
+    ms = ns / 1e6
+    return f"{ms:.1f}" if ms < 10 else f"{ms:.0f}"
+
+
+def where_the_time_went(spans: Iterable[Any]) -> list[str]:
+    """The phases of the median and of the slowest call (by end-to-end), from firsttoken's phase
+    spans: where each one's time went. Empty when no call has phase spans."""
+    spans = list(spans)
+    phases: dict[int, list[Any]] = {}
+    for span in spans:
+        attrs = span.attributes or {}
+        if sc.FT_PHASE in attrs and span.parent is not None:
+            phases.setdefault(span.parent.span_id, []).append(span)
+    calls = sorted(
+        (
+            s
+            for s in spans
+            if s.attributes
+            and sc.GEN_AI_OPERATION_NAME in s.attributes
+            and sc.FT_PHASE not in s.attributes
+            and s.context.span_id in phases
+            and s.end_time is not None
+            and s.start_time is not None
+        ),
+        key=lambda s: s.end_time - s.start_time,
+    )
+    if not calls:
+        return []
+    picks = [("median call", calls[(len(calls) - 1) // 2]), ("slowest call", calls[-1])]
+    lines = [f"Where the time went, by the phases firsttoken recorded ({len(calls)} calls):"]
+    for label, call in picks:
+        attrs = call.attributes
+        total = call.end_time - call.start_time
+        kind = "streamed" if attrs.get(sc.GEN_AI_REQUEST_STREAM) else "not streamed"
+        parts = []
+        for phase in sorted(phases[call.context.span_id], key=lambda p: p.start_time or 0):
+            took = (phase.end_time or 0) - (phase.start_time or 0)
+            share = took / total if total else 0.0
+            parts.append(f"{phase.attributes[sc.FT_PHASE]} {_phase_ms(took)} ms ({share:.0%})")
+        lines.append(f"  {label}: {attrs.get(sc.GEN_AI_REQUEST_MODEL, '?')}, {kind}, {_phase_ms(total)} ms")
+        lines.append(textwrap.fill(", ".join(parts), width=110, initial_indent="    ", subsequent_indent="    "))
+    return lines
