@@ -466,15 +466,11 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _setup_ms(spans: Any, calls: list[Any]) -> float:
-    """Mean connection set-up per call (pool wait, DNS, TCP, TLS), from the phase spans."""
-    ids = {c.context.span_id for c in calls}
+def _setup_ms(calls: list[Any]) -> float:
+    """Mean connection set-up per call (pool wait, DNS, TCP, TLS), from the calls' phase durations."""
     setup = (sc.PHASE_POOL_WAIT, sc.PHASE_DNS, sc.PHASE_TCP_CONNECT, sc.PHASE_TLS_HANDSHAKE, sc.PHASE_CONNECT)
-    total = sum(
-        (s.end_time - s.start_time) / 1e6
-        for s in spans.get_finished_spans()
-        if s.parent is not None and s.parent.span_id in ids and (s.attributes or {}).get(sc.FT_PHASE) in setup
-    )
+    keys = [sc.FT_PHASE_DURATION_PREFIX + phase for phase in setup]
+    total = sum(float(c.attributes.get(key, 0.0)) for c in calls for key in keys) * 1000
     return total / len(calls) if calls else 0.0
 
 
@@ -510,7 +506,7 @@ def _levers(sim: Any, clients: _Clients, spans: Any, progress: _Progress) -> str
     def connections(body: Callable[[], None]) -> tuple[str, float]:
         calls = _measure(spans, body)
         new = sum(1 for c in calls if not c.attributes.get(sc.FT_CONNECTION_REUSED, True))
-        setup = _setup_ms(spans, calls)
+        setup = _setup_ms(calls)
         return f"{new}/{len(calls)} new connections, set-up {setup:.2f} ms/call", setup
 
     # firsttoken warns about per-call clients here, as it would in your app.

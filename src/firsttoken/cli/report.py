@@ -153,14 +153,9 @@ def _phase_ms(ns: int) -> str:
 
 
 def where_the_time_went(spans: Iterable[Any]) -> list[str]:
-    """The phases of the median and of the slowest call (by end-to-end), from firsttoken's phase
-    spans: where each one's time went. Empty when no call has phase spans."""
-    spans = list(spans)
-    phases: dict[int, list[Any]] = {}
-    for span in spans:
-        attrs = span.attributes or {}
-        if sc.FT_PHASE in attrs and span.parent is not None:
-            phases.setdefault(span.parent.span_id, []).append(span)
+    """The phases of the median and of the slowest call (by end-to-end), from the phase durations
+    firsttoken puts on every call span: where each one's time went. Empty when no call has them."""
+    prefix = sc.FT_PHASE_DURATION_PREFIX
     calls = sorted(
         (
             s
@@ -168,9 +163,9 @@ def where_the_time_went(spans: Iterable[Any]) -> list[str]:
             if s.attributes
             and sc.GEN_AI_OPERATION_NAME in s.attributes
             and sc.FT_PHASE not in s.attributes
-            and s.context.span_id in phases
             and s.end_time is not None
             and s.start_time is not None
+            and any(key.startswith(prefix) for key in s.attributes)
         ),
         key=lambda s: s.end_time - s.start_time,
     )
@@ -183,10 +178,11 @@ def where_the_time_went(spans: Iterable[Any]) -> list[str]:
         total = call.end_time - call.start_time
         kind = "streamed" if attrs.get(sc.GEN_AI_REQUEST_STREAM) else "not streamed"
         parts = []
-        for phase in sorted(phases[call.context.span_id], key=lambda p: p.start_time or 0):
-            took = (phase.end_time or 0) - (phase.start_time or 0)
-            share = took / total if total else 0.0
-            parts.append(f"{phase.attributes[sc.FT_PHASE]} {_phase_ms(took)} ms ({share:.0%})")
+        for key, value in attrs.items():  # recorded in the order the phases happened
+            if key.startswith(prefix) and isinstance(value, (int, float)):
+                took = value * 1e9
+                share = took / total if total else 0.0
+                parts.append(f"{key[len(prefix) :]} {_phase_ms(int(took))} ms ({share:.0%})")
         lines.append(f"  {label}: {attrs.get(sc.GEN_AI_REQUEST_MODEL, '?')}, {kind}, {_phase_ms(total)} ms")
         lines.append(textwrap.fill(", ".join(parts), width=110, initial_indent="    ", subsequent_indent="    "))
     return lines
