@@ -418,7 +418,7 @@ def providers(
     tally = ExportTally()
 
     resource = Resource.create(dict(resource_attributes or {}))
-    if not resource.attributes.get(_SERVICE_INSTANCE_ID):  # SDKs before 1.39 add none of their own
+    if not resource.attributes.get(_SERVICE_INSTANCE_ID):  # older SDKs add none of their own (1.45 does)
         resource = resource.merge(Resource({_SERVICE_INSTANCE_ID: _instance_id()}))
 
     tracer_provider = SdkTracerProvider(resource=resource, shutdown_on_exit=False)
