@@ -51,6 +51,7 @@ def sim() -> Iterator[Simulator]:
         "steady": LatencyModel.fixed(queue_ms=QUEUE_MS, **exact),
         "fast": LatencyModel.fixed(queue_ms=40, **exact),
         "slow": LatencyModel.fixed(queue_ms=160, **exact),
+        "tiny": LatencyModel.fixed(queue_ms=20, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=1000, output_tokens=4),
     }
     with Simulator(models=models, seed=3) as s:
         yield s
@@ -344,3 +345,18 @@ def test_retries_and_errors_are_counted_and_the_run_goes_on(sim: Simulator, tmp_
     assert summary["errors"] == {"InternalServerError": 1}
     assert summary["retries"] == 4
     assert "errors InternalServerError 1, retries 4" in result.stdout
+
+
+def test_a_thousand_requests_at_concurrency_32(sim: Simulator, tmp_path: Path) -> None:
+    """The scale the issue asks for finishes, every request accounted for (timing: benchmarks/bench_self.py)."""
+    out = tmp_path / "big"
+    result = run_bench(
+        "--base-url", sim.openai_base_url, "--model", "tiny", "--requests", "1000", "--concurrency", "32",
+        "--warmup", "0", "--input-tokens", "20", "--max-tokens", "4", "--out", str(out), "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert len(doc["requests"]) == 1000 and doc["summaries"]["tiny"]["ok"] == 1000
+    assert len({r["seq"] for r in doc["requests"]}) == 1000
+    assert len(list(csv.DictReader(out.with_suffix(".csv").open()))) == 1000
+    assert doc["client"]["cpu_s"] > 0
