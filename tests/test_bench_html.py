@@ -151,3 +151,29 @@ def test_a_report_from_any_recorded_spans(telemetry: Any, sim: Simulator, tmp_pa
     assert sum(i.startswith("waterfall") for i in ids) == 2
     write_html(str(tmp_path / "r.html"), doc)
     assert 'id="waterfall' in (tmp_path / "r.html").read_text()
+
+
+def test_the_demo_ends_with_the_same_report(tmp_path: Path) -> None:
+    import os
+    import sys
+
+    html = tmp_path / "demo.html"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "firsttoken.cli", "demo", "--actions", "12", "--no-levers", "--html", str(html)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"\nHTML report (charts of every call above): {html}\n" in result.stdout
+    browser_run = run_browser("--dump-dom", html.as_uri())
+    dom = browser_run.stdout
+    charts = re.findall(r'<div class="chart[^"]*" id="([^"]+)"', dom)
+    assert {"cdf-ttft_s", "cdf-e2e_s"} <= set(charts)
+    assert f'data-charts="{len(charts)}"' in dom
+    assert dom.count('class="main-svg"') >= len(charts)
+    assert "gpt-4o-mini" in dom  # calls grouped by provider and model
+    assert console_messages(browser_run.stderr) == []

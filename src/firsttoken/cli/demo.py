@@ -22,6 +22,7 @@ import contextvars
 import os
 import random
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -31,6 +32,7 @@ from typing import Any
 
 from .. import semconv as sc
 from ..config import FirstTokenWarning
+from .bench_html import write_spans_report
 from .report import collect, percentile, render, where_the_time_went
 
 # Latency profiles: fast and slow OpenAI-style models, a reasoning one, two Anthropic-style ones.
@@ -71,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=4, help="actions in flight at once (default: 4)")
     p.add_argument("--seed", type=int, default=7, help="seed of the workload and the simulator (default: 7)")
     p.add_argument("--no-levers", action="store_true", help="skip the before/after measurement of the levers")
+    p.add_argument(
+        "--html",
+        metavar="PATH",
+        default=os.path.join(tempfile.gettempdir(), "firsttoken-demo.html"),
+        help="write the workload's HTML report there, as firsttoken bench does ('' for none; default: %(default)s)",
+    )
     p.add_argument(
         "--continuous",
         action="store_true",
@@ -323,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     progress = _Progress()
     spans = telemetry.spans
+    html_line = None
     try:
         with Simulator(models=models, seed=args.seed) as sim:
             clients = _Clients(sim)
@@ -351,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
                     list(pool.map(run_one, range(args.actions)))
             progress.done()
             print(_report(spans.get_finished_spans(), started, openai.__version__, notes=_notes(caught)), flush=True)
+            if args.html:  # before the levers, which clear the spans
+                html_line = write_spans_report(spans.get_finished_spans(), args.html, title="firsttoken demo")
             if not args.no_levers:
                 print("\nmeasuring the latency levers (before / after)...", flush=True)
                 with warnings.catch_warnings(record=True) as caught:
@@ -364,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_report(spans.get_finished_spans(), started, openai.__version__), flush=True)
     finally:
         firsttoken.uninstrument()
+    if html_line:
+        print(html_line, flush=True)
     print(telemetry.close(), flush=True)
     return 0
 
