@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import os
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -67,13 +66,10 @@ class Telemetry:
                     out.setdefault(metric.name, []).extend(metric.data.data_points)
         return out
 
-    def settle_abandoned(self, timeout: float = 5.0) -> None:
-        """Collect garbage and record abandoned calls now, as the worker thread would."""
+    def settle_abandoned(self) -> None:
+        """Collect garbage and record the abandoned calls it found, as the worker thread would."""
         gc.collect()
-        streams.flush_abandoned()
-        deadline = time.monotonic() + timeout
-        while not streams._abandoned.empty() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        streams.flush_abandoned(timeout=30.0)
 
 
 @pytest.fixture

@@ -124,7 +124,9 @@ def is_running(gen: Any) -> bool:
 
 # -- abandonment ------------------------------------------------------------------------------
 
-_abandoned: queue.SimpleQueue[Timeline] = queue.SimpleQueue()
+# The queue holds dropped calls, and the markers `flush_abandoned` puts behind them: the worker
+# takes both in order, so a marker it has set means every call queued before it was recorded.
+_abandoned: queue.SimpleQueue[Timeline | threading.Event] = queue.SimpleQueue()
 _worker: threading.Thread | None = None
 _worker_lock = threading.Lock()
 
@@ -140,9 +142,12 @@ def watch(obj: object, tl: Timeline) -> None:
     weakref.finalize(obj, abandon, tl)
 
 
-def _finish_abandoned(tl: Timeline) -> None:
+def _finish_abandoned(item: Timeline | threading.Event) -> None:
+    if isinstance(item, threading.Event):
+        item.set()
+        return
     try:
-        tl.finish(sc.END_ABANDONED, tl.last_observed_ns())
+        item.finish(sc.END_ABANDONED, item.last_observed_ns())
     except Exception:
         log.debug("firsttoken: ending an abandoned call failed", exc_info=True)
 
@@ -162,14 +167,24 @@ def start_worker() -> None:
             _worker.start()
 
 
-def flush_abandoned() -> None:
-    """Record every queued abandoned call now, in this thread (tests, shutdown)."""
+def flush_abandoned(timeout: float = 2.0) -> None:
+    """Record every abandoned call queued so far before returning (tests, shutdown).
+
+    With the worker running, wait (at most ``timeout`` seconds) until it has recorded all of them,
+    including one it had already taken off the queue; without it, record them in this thread.
+    """
+    worker = _worker
+    if worker is not None and worker.is_alive():
+        done = threading.Event()
+        _abandoned.put(done)
+        if done.wait(timeout):
+            return
     while True:
         try:
-            tl = _abandoned.get_nowait()
+            item = _abandoned.get_nowait()
         except queue.Empty:
             return
-        _finish_abandoned(tl)
+        _finish_abandoned(item)
 
 
 def _after_fork() -> None:
