@@ -17,6 +17,10 @@ import time (median over the runs), grouped by top-level package, and the larges
 
     .venv/bin/python benchmarks/startup.py            # 9 runs of each, ~1 minute
     .venv/bin/python benchmarks/startup.py --runs 15 --json startup.json
+    .venv/bin/python benchmarks/startup.py --instructions   # valgrind: counts that load does not move
+
+``--instructions`` counts each stage's instructions under valgrind's callgrind instead (a process
+doing the stage minus one that stops just before it): a figure a busy machine does not inflate.
 """
 
 from __future__ import annotations
@@ -162,14 +166,68 @@ def median_table(samples: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(s.get(k, 0.0) for s in samples) for k in keys}
 
 
+# (stage, code before it, the stage): instructions = count(before + stage) - count(before).
+INSTRUCTION_STAGES = (
+    ("import firsttoken", "pass", "import firsttoken"),
+    (
+        "instrument(), app's providers",
+        "from opentelemetry.metrics import NoOpMeterProvider\n"
+        "from opentelemetry.trace import NoOpTracerProvider\n"
+        "tp, mp = NoOpTracerProvider(), NoOpMeterProvider()\n"
+        "import firsttoken",
+        "firsttoken.instrument(tracer_provider=tp, meter_provider=mp)",
+    ),
+    (
+        "instrument(), OTLP from OTEL_*",
+        "import os, firsttoken",
+        "firsttoken.instrument()",
+    ),
+    ("import openai (app's own)", "pass", "import openai"),
+    ("import anthropic (app's own)", "pass", "import anthropic"),
+)
+
+
+def count_instructions(code: str) -> int:
+    import re
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("startup: --instructions needs valgrind (Debian: apt-get install valgrind)")
+    callgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    result = subprocess.run(
+        [*callgrind, sys.executable, "-c", code + "\nimport os; os._exit(0)"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=600,
+    )
+    found = re.search(r"Collected : (\d+)", result.stderr)
+    if result.returncode != 0 or found is None:
+        raise SystemExit(f"startup: callgrind run failed:\n{result.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def instructions(runs: int) -> None:
+    print(f"firsttoken start-up in instructions (callgrind, median of {runs}; Python {sys.version.split()[0]})")
+    print()
+    print(f"{'stage':<50} {'instructions':>14}")
+    for stage, before, code in INSTRUCTION_STAGES:
+        counts = [count_instructions(before + "\n" + code) - count_instructions(before) for _ in range(runs)]
+        print(f"{stage:<50} {statistics.median(counts):>14,.0f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=9, help="fresh processes per figure (default: 9)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     parser.add_argument("--top", type=int, default=12, help="largest modules listed per breakdown (default: 12)")
+    parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind instead")
     ns = parser.parse_args()
     if ns.runs < 1:
         parser.error("--runs must be at least 1")
+    if ns.instructions:
+        instructions(max(1, min(ns.runs, 3)))  # deterministic to within a fraction of a percent
+        return 0
 
     samples: dict[str, list[list[float]]] = defaultdict(list)
     for _ in range(ns.runs):  # interleaved, so that a burst of load hits every stage alike

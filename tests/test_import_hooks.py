@@ -254,3 +254,52 @@ def test_a_function_is_wrapped_once_and_restored_exactly(monkeypatch: pytest.Mon
     assert module.target(3) == 3 and seen == [3], "one wrapper, called once"
     patches.unwrap_all()
     assert module.target is original
+
+
+def test_post_import_hooks_fire_once_after_the_module_ran(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """firsttoken._imports on modules of our own: after, not before, the module's code; once; not
+    for a module that failed; not when discarded; at once when already imported."""
+    import importlib
+
+    from firsttoken import _imports
+
+    (tmp_path / "ft_hook_target.py").write_text("VALUE = 42\n")
+    broken = "import os\nif not os.environ.get('FT_HOOK_FIX'):\n    raise ImportError('no')\n"
+    (tmp_path / "ft_hook_broken.py").write_text(broken)
+    (tmp_path / "ft_hook_discarded.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("ft_hook_target", "ft_hook_broken", "ft_hook_discarded"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    seen: list[tuple[str, Any]] = []
+
+    def hook(module: Any) -> None:
+        seen.append((module.__name__, getattr(module, "VALUE", None)))
+
+    def discarded(module: Any) -> None:
+        seen.append(("discarded", module.__name__))
+
+    _imports.when_imported("ft_hook_target", hook)
+    _imports.when_imported("ft_hook_broken", hook)
+    _imports.when_imported("ft_hook_discarded", discarded)
+    _imports.discard(discarded)
+    assert seen == []
+
+    target = importlib.import_module("ft_hook_target")
+    assert seen == [("ft_hook_target", 42)], "after the module's code ran"
+    assert "exec_module" not in vars(target.__spec__.loader), "the loader is left as it was"
+    assert type(target.__spec__.loader).__name__ == "SourceFileLoader"
+    importlib.reload(target)
+    assert len(seen) == 1, "once"
+
+    with pytest.raises(ImportError):
+        importlib.import_module("ft_hook_broken")
+    assert len(seen) == 1, "nothing for a module that failed"
+    monkeypatch.setenv("FT_HOOK_FIX", "1")
+    importlib.import_module("ft_hook_broken")
+    assert seen[-1] == ("ft_hook_broken", None), "the hook waits for an import that succeeds"
+
+    importlib.import_module("ft_hook_discarded")
+    assert ("discarded", "ft_hook_discarded") not in seen
+
+    _imports.when_imported("ft_hook_target", hook)
+    assert seen[-1] == ("ft_hook_target", 42), "already imported: at once"

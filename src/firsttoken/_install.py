@@ -1,9 +1,9 @@
 """The process's one instrumentation: the SDKs and httpx are patched when the app imports them.
 
-``instrument()`` imports nothing the app has not imported: each library gets a wrapt post-import
-hook, which patches it at once when the app already imported it, else right after the app does.
-``uninstall()`` undoes every patch made and disarms the hooks that have not fired yet (wrapt keeps a
-hook until its module is imported; a disarmed one then does nothing).
+``instrument()`` imports nothing the app has not imported: each library gets a post-import hook
+(:mod:`firsttoken._imports`), which patches it at once when the app already imported it, else right
+after the app does. ``uninstall()`` undoes every patch made and removes the hooks that have not
+fired yet.
 
 Kept light at import (``firsttoken`` imports it): everything heavy is imported by :func:`install`.
 """
@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+from . import _imports
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -42,15 +44,14 @@ class Installation:
         """The libraries patched so far, in the order the app imported them."""
 
     def when_imported(self, name: str, action: Callable[[Installation, ModuleType], bool]) -> None:
-        import wrapt
-
         hook = _Hook(self, name, action)
         self.hooks.append(hook)
-        wrapt.register_post_import_hook(hook, name)  # runs it now when ``name`` is already imported
+        _imports.when_imported(name, hook)  # runs it now when ``name`` is already imported
 
     def undo(self) -> None:
         for hook in self.hooks:
-            hook.armed = False
+            hook.armed = False  # in case it is firing in another thread right now
+            _imports.discard(hook)
         self.patches.unwrap_all()
         self.patched.clear()
 

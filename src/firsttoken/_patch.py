@@ -7,8 +7,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import wrapt
-
 log = logging.getLogger("firsttoken")
 
 _INHERITED = object()
@@ -23,6 +21,8 @@ class Patches:
 
     def wrap(self, module: str, path: str, wrapper: Wrapper) -> bool:
         """Wrap ``module.path`` (e.g. ``"Client.send"``); False when the target does not exist."""
+        import wrapt  # not at start-up: it is imported when there is something to patch
+
         try:
             owner: Any = importlib.import_module(module)
             *parents, attr = path.split(".")

@@ -8,7 +8,6 @@ linking a histogram bucket to the trace that filled it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from typing import Any
@@ -22,7 +21,7 @@ from . import semconv as sc
 from . import tail
 from ._sums import Key, SummedCounter, add_all
 from .config import PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, Settings
-from .timeline import STREAM_TEXT_KEY, Timeline, turn_bucket
+from .timeline import STREAM_TEXT_KEY, Timeline, is_cancellation, turn_bucket
 
 log = logging.getLogger("firsttoken")
 
@@ -529,7 +528,7 @@ class Recorder:
             if busy_ns > 0:
                 attrs[sc.FT_ACTION_LLM_PARALLELISM] = total_ns / busy_ns
             # Leaving a generator early, cancellation and Ctrl-C are not errors (as for calls).
-            if exc is not None and not isinstance(exc, (GeneratorExit, asyncio.CancelledError, KeyboardInterrupt)):
+            if exc is not None and not isinstance(exc, GeneratorExit) and not is_cancellation(exc):
                 error = type(exc).__qualname__
                 attrs[sc.ERROR_TYPE] = error
                 metric_attrs[sc.ERROR_TYPE] = error

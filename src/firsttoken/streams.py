@@ -21,7 +21,6 @@ thread records it.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import logging
 import os
@@ -33,15 +32,13 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 from . import semconv as sc
-from .timeline import Timeline
+from .timeline import Timeline, is_cancellation
 
 log = logging.getLogger("firsttoken")
 
 T = TypeVar("T")
 Observer = Callable[[Timeline, Any, int], None]
 """``observe(timeline, item, now_ns)``: provider-specific reading of one streamed item."""
-
-_CANCELLED: tuple[type[BaseException], ...] = (asyncio.CancelledError, KeyboardInterrupt)
 
 
 def error_type_of(exc: BaseException) -> str:
@@ -50,7 +47,7 @@ def error_type_of(exc: BaseException) -> str:
 
 
 def end_on_exception(tl: Timeline, exc: BaseException, end_ns: int | None = None) -> None:
-    if isinstance(exc, _CANCELLED):
+    if is_cancellation(exc):
         tl.finish(sc.END_CANCELLED, end_ns)
     else:
         tl.finish(sc.END_ERROR, end_ns, error_type_of(exc))

@@ -7,12 +7,25 @@ told us. Nothing here knows about OpenTelemetry.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from . import semconv as sc
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """asyncio cancellation or Ctrl-C: a call or scope ending so is cancelled, not failed.
+
+    asyncio is not imported for the check: if the app has not imported it, nothing raised its error.
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
+
 
 _FINISH_LOCK = threading.Lock()
 

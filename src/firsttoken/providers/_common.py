@@ -8,7 +8,6 @@ import time
 import weakref
 from collections.abc import Mapping
 from functools import partial
-from importlib import metadata
 from typing import Any
 
 from .. import semconv as sc
@@ -94,6 +93,8 @@ _warned: set[str] = set()
 def check_version(dist: str, spec: str) -> bool:
     """Whether the installed ``dist`` is in ``spec``; warns once when it is installed but is not."""
     # Only when an SDK is imported: packaging is not free to import, and instrument() need not pay it.
+    from importlib import metadata
+
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
     from packaging.version import InvalidVersion, Version
 
