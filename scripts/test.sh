@@ -52,6 +52,9 @@ run_step() {
 run_step ruff "$VENV/bin/ruff" check src tests benchmarks scripts
 run_step ruff-format "$VENV/bin/ruff" format --check src tests benchmarks scripts
 run_step mypy "$VENV/bin/mypy"
+# tests/real_server run against llama.cpp's llama-server, built once into a cache outside the repo.
+scripts/llama_server.sh --for-tests
+if scripts/llama_server.sh --check; then export FIRSTTOKEN_REAL_SERVER=required; fi
 run_step pytest "$VENV/bin/python" -m pytest -q "$@"
 # The SDK-facing tests again, on the oldest openai and anthropic SDKs firsttoken supports.
 run_step pytest-oldest-sdks scripts/compat.sh

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 import yaml
@@ -124,22 +125,61 @@ def _replay(cassette: Path, provider_hosts: dict[str, str] | None = None, calls:
     return [dict(span.attributes or {}) for span in spans]
 
 
+def _last_sse_chunk(cassette: Path) -> dict[str, Any]:
+    """The last data chunk of a cassette's streamed response, parsed independently of firsttoken."""
+    body = yaml.safe_load(cassette.read_text())["interactions"][0]["response"]["body"]["string"]
+    chunks = [line[len("data: ") :] for line in body.splitlines() if line.startswith("data: {")]
+    return dict(json.loads(chunks[-1]))
+
+
 def test_llama_cpp_timings_are_server_timing_and_the_gguf_path_is_the_model() -> None:
-    first, second = _replay(RECORDINGS / "llama_cpp_chat_stream.yaml", calls=2)
+    cassette = RECORDINGS / "llama_cpp_chat_stream.yaml"
+    last = _last_sse_chunk(cassette)
+    timings, usage = last["timings"], last["usage"]
+    first, second = _replay(cassette, calls=2)
     for attrs in (first, second):
         assert attrs[sc.GEN_AI_PROVIDER_NAME] == "llama.cpp"
         assert attrs[sc.FT_PROVIDER_SOURCE] == "response"
-        assert attrs[sc.GEN_AI_RESPONSE_MODEL].endswith("SmolLM2-135M-Instruct-Q4_1.gguf")
+        assert attrs[sc.GEN_AI_RESPONSE_MODEL] == last["model"]
+        assert attrs[sc.GEN_AI_RESPONSE_MODEL].endswith(".gguf")
         assert attrs[sc.GEN_AI_REQUEST_MODEL] == "smollm2"
         assert attrs[sc.FT_SERVER_TIMING_SOURCE] == "llama.cpp"
-        assert attrs[sc.FT_SERVER_PROMPT_TIME] == pytest.approx(0.0425)
-        assert attrs[sc.FT_SERVER_COMPLETION_TIME] == pytest.approx(0.0303)
-        assert attrs[sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN] == pytest.approx(0.0101)
-        assert (attrs[sc.FT_SERVER_PROMPT_TOKENS], attrs[sc.FT_SERVER_CACHED_TOKENS]) == (11, 20)
-        assert attrs[sc.FT_SERVER_COMPLETION_TOKENS] == 3
-        assert attrs[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 20
-        # Client measurements stay client measurements.
+        assert attrs[sc.FT_SERVER_PROMPT_TIME] == pytest.approx(timings["prompt_ms"] / 1000)
+        assert attrs[sc.FT_SERVER_COMPLETION_TIME] == pytest.approx(timings["predicted_ms"] / 1000)
+        assert attrs[sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN] == pytest.approx(timings["predicted_per_token_ms"] / 1000)
+        assert attrs[sc.FT_SERVER_PROMPT_TOKENS] == timings["prompt_n"]
+        assert attrs[sc.FT_SERVER_CACHED_TOKENS] == timings["cache_n"]
+        assert attrs[sc.FT_SERVER_COMPLETION_TOKENS] == timings["predicted_n"]
+        assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == usage["prompt_tokens"]
+        assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == usage["completion_tokens"]
+        assert attrs[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == usage["prompt_tokens_details"]["cached_tokens"]
+        # Replayed at the simulator's pace: the client's TTFT is its own measurement, not the server's.
         assert attrs[sc.FT_TIME_TO_FIRST_TOKEN] != attrs[sc.FT_SERVER_PROMPT_TIME]
+
+
+def test_llama_cpp_messages_api_is_named_by_the_server_header() -> None:
+    """llama.cpp's Anthropic Messages endpoint returns no timings: the Server header names it."""
+    cassette = RECORDINGS / "llama_cpp_messages.yaml"
+    data = yaml.safe_load(cassette.read_text())
+    body = json.loads(data["interactions"][0]["request"]["body"])
+    recorded = json.loads(data["interactions"][0]["response"]["body"]["string"])
+    t = Telemetry()
+    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
+    try:
+        with Simulator(replay=[cassette], latency=FAST) as sim:
+            client = anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key="sk-test", max_retries=0)
+            # This SDK has no temperature argument: the recorded request sent it in the body.
+            sent = {k: v for k, v in body.items() if k != "temperature"}
+            client.messages.create(**sent, extra_body={"temperature": body["temperature"]})
+    finally:
+        firsttoken.uninstrument()
+    attrs = dict(t.call().attributes or {})
+    usage = recorded["usage"]
+    assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == ("llama.cpp", "response")
+    assert attrs[sc.GEN_AI_RESPONSE_MODEL] == recorded["model"]
+    assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == usage["input_tokens"] + usage["cache_read_input_tokens"]
+    assert attrs[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == usage["cache_read_input_tokens"]
+    assert sc.FT_SERVER_TIMING_SOURCE not in attrs
 
 
 def test_server_timing_metric_gets_llama_cpp_phases() -> None:
@@ -157,9 +197,10 @@ def test_server_timing_metric_gets_llama_cpp_phases() -> None:
         p.attributes[sc.FT_SERVER_TIMING_PHASE]: (p.value, p.attributes[sc.GEN_AI_PROVIDER_NAME])
         for p in t.metrics()[sc.M_SERVER_TIMING_TIME]
     }
+    timings = _last_sse_chunk(RECORDINGS / "llama_cpp_chat_stream.yaml")["timings"]
     assert points == {
-        "prompt": (pytest.approx(0.0425), "llama.cpp"),
-        "completion": (pytest.approx(0.0303), "llama.cpp"),
+        "prompt": (pytest.approx(timings["prompt_ms"] / 1000), "llama.cpp"),
+        "completion": (pytest.approx(timings["predicted_ms"] / 1000), "llama.cpp"),
     }
 
 
