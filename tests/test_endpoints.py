@@ -8,6 +8,9 @@ openai SDK, over a real socket, and read the call span.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -267,3 +270,24 @@ def test_simulator_stays_the_sdk_provider() -> None:
         firsttoken.uninstrument()
     attrs = t.call().attributes or {}
     assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == ("openai", "sdk")
+
+
+def test_demo_runs_its_workload_against_a_server_given_by_url() -> None:
+    """``firsttoken demo --server URL``: the workload goes to that server (here a simulator standing in)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))}
+    with Simulator(latency=FAST) as server:
+        args = ["--server", server.url, "--server-anthropic", "--model", "my-model", "--actions", "4", "--html", ""]
+        done = subprocess.run(
+            [sys.executable, "-m", "firsttoken.cli", "demo", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        served = server.requests
+    assert done.returncode == 0, done.stderr
+    assert len(served) >= 4
+    assert {s.model for s in served} == {"my-model"}
+    assert any(s.path.endswith("/chat/completions") for s in served)
+    assert "Where the time went" in done.stdout
+    assert "the levers are measured against the simulator" in done.stdout

@@ -20,7 +20,10 @@ Bounds, and why they hold on a loaded 2-core machine:
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -202,3 +205,19 @@ def test_prompt_caching_cold_then_cached(llama_server: LlamaServer, telemetry: T
         f"{cached_ttft * 1000:.0f} ms with {cached[0][sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS]} cached tokens "
         f"(server prompt {statistics.median(a[sc.FT_SERVER_PROMPT_TIME] for a in cached) * 1000:.0f} ms)"
     )
+
+
+def test_demo_against_llama_server(llama_server: LlamaServer) -> None:
+    """``firsttoken demo --server URL`` drives both SDKs' calls to the real server and reports them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))}
+    args = ["--server", llama_server.base_url, "--server-anthropic", "--actions", "2", "--concurrency", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "firsttoken.cli", "demo", *args, "--html", ""],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Where the time went" in done.stdout
+    assert "a call failed" not in done.stderr

@@ -88,7 +88,38 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--interval", type=float, default=30.0, help="seconds between reports with --continuous (default: 30)"
     )
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        help="run the workload against this OpenAI-compatible server (e.g. http://127.0.0.1:8080 for llama.cpp's "
+        "llama-server) instead of the simulator: no injected faults, no levers; key from OPENAI_API_KEY",
+    )
+    p.add_argument("--model", default="default", help="the model to ask for with --server (default: %(default)s)")
+    p.add_argument(
+        "--server-anthropic",
+        action="store_true",
+        help="with --server, also call its Anthropic Messages API (llama-server has one); key from ANTHROPIC_API_KEY",
+    )
     return p
+
+
+class _RealServer:
+    """Stands where the simulator does, for ``--server``: its base URLs, and no faults to inject."""
+
+    def __init__(self, url: str, anthropic: bool) -> None:
+        base = url.rstrip("/")
+        root = base[: -len("/v1")] if base.endswith("/v1") else base
+        self.openai_base_url = f"{root}/v1"
+        self.anthropic_base_url = root if anthropic else None
+
+    def inject(self, *args: Any, **kwargs: Any) -> None:
+        """Faults are the simulator's; a real server has its own."""
+
+    def __enter__(self) -> _RealServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 class _Clients:
@@ -97,12 +128,17 @@ class _Clients:
     def __init__(self, sim: Any) -> None:
         import openai
 
-        self.openai = openai.OpenAI(base_url=sim.openai_base_url, api_key=OPENAI_KEY, max_retries=2)
+        real = isinstance(sim, _RealServer)
+        openai_key = os.environ.get("OPENAI_API_KEY", OPENAI_KEY) if real else OPENAI_KEY
+        self.openai = openai.OpenAI(base_url=sim.openai_base_url, api_key=openai_key, max_retries=2)
         self.anthropic: Any = None
+        if sim.anthropic_base_url is None:
+            return
+        anthropic_key = os.environ.get("ANTHROPIC_API_KEY", ANTHROPIC_KEY) if real else ANTHROPIC_KEY
         try:
             import anthropic
 
-            self.anthropic = anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key=ANTHROPIC_KEY, max_retries=2)
+            self.anthropic = anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key=anthropic_key, max_retries=2)
         except ImportError:
             pass
 
@@ -163,9 +199,11 @@ def _anthropic_call(c: Any, model: str, question: str, kind: str, max_tokens: in
 class _Workload:
     """Picks what each user action does; deterministic for a seed."""
 
-    def __init__(self, clients: _Clients, sim: Any, seed: int) -> None:
+    def __init__(self, clients: _Clients, sim: Any, seed: int, model: str | None = None) -> None:
         self.clients = clients
         self.sim = sim
+        self.model = model
+        """With ``--server``: the one model every call asks for."""
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.count = 0
@@ -174,7 +212,7 @@ class _Workload:
         providers = ["openai"] * 3 + (["anthropic"] * 2 if self.clients.anthropic is not None else [])
         provider = self.rng.choice(providers)
         models = OPENAI_MODELS if provider == "openai" else ANTHROPIC_MODELS
-        model = self.rng.choice(tuple(models))
+        model = self.model or self.rng.choice(tuple(models))
         question = self.rng.choice(QUESTIONS)
         kind = self.rng.choices(("stream", "chat", "responses"), weights=(6, 2, 2))[0]
         max_tokens = self.rng.randint(24, 72)
@@ -333,9 +371,10 @@ def main(argv: list[str] | None = None) -> int:
     spans = telemetry.spans
     html_line = None
     try:
-        with Simulator(models=models, seed=args.seed) as sim:
+        server = _RealServer(args.server, args.server_anthropic) if args.server else None
+        with server or Simulator(models=models, seed=args.seed) as sim:
             clients = _Clients(sim)
-            workload = _Workload(clients, sim, args.seed)
+            workload = _Workload(clients, sim, args.seed, args.model if server else None)
             if args.continuous:
                 _continuous(workload, spans, args, started, progress)
                 # Ctrl-C: flush briefly, then leave at once. Calls still in flight are dropped with
@@ -362,7 +401,9 @@ def main(argv: list[str] | None = None) -> int:
             print(_report(spans.get_finished_spans(), started, openai.__version__, notes=_notes(caught)), flush=True)
             if args.html:  # before the levers, which clear the spans
                 html_line = write_spans_report(spans.get_finished_spans(), args.html, title="firsttoken demo")
-            if not args.no_levers:
+            if not args.no_levers and server is not None:
+                print("\n(the levers are measured against the simulator: run without --server)", flush=True)
+            elif not args.no_levers:
                 print("\nmeasuring the latency levers (before / after)...", flush=True)
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", FirstTokenWarning)
