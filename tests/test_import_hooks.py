@@ -303,3 +303,28 @@ def test_post_import_hooks_fire_once_after_the_module_ran(tmp_path: Any, monkeyp
 
     _imports.when_imported("ft_hook_target", hook)
     assert seen[-1] == ("ft_hook_target", 42), "already imported: at once"
+
+
+def test_post_import_hooks_live_with_wrapts_on_the_same_module(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An app (or another instrumentation) using wrapt's hooks for the same module: both fire once."""
+    import importlib
+
+    import wrapt
+
+    from firsttoken import _imports
+
+    for name in ("ft_hook_both_a", "ft_hook_both_b"):
+        (tmp_path / f"{name}.py").write_text("VALUE = 7\n")
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[str] = []
+    # Ours first, then wrapt's finder goes in front of ours; and the other way round.
+    _imports.when_imported("ft_hook_both_a", lambda m: seen.append(f"ours {m.__name__} {m.VALUE}"))
+    wrapt.register_post_import_hook(lambda m: seen.append(f"wrapt {m.__name__} {m.VALUE}"), "ft_hook_both_a")
+    wrapt.register_post_import_hook(lambda m: seen.append(f"wrapt {m.__name__} {m.VALUE}"), "ft_hook_both_b")
+    _imports.when_imported("ft_hook_both_b", lambda m: seen.append(f"ours {m.__name__} {m.VALUE}"))
+    importlib.import_module("ft_hook_both_a")
+    importlib.import_module("ft_hook_both_b")
+    assert sorted(seen) == sorted(
+        ["ours ft_hook_both_a 7", "wrapt ft_hook_both_a 7", "ours ft_hook_both_b 7", "wrapt ft_hook_both_b 7"]
+    )

@@ -88,11 +88,12 @@ class _Finder:
             if module.__name__ != fullname:  # a loader shared by several modules (a zip importer)
                 exec_module(module)
                 return
-            try:
-                exec_module(module)
-            finally:
-                if getattr(loader, "__dict__", {}).get("exec_module") is exec_and_fire:
+            # Restored before the module runs: a loader wrapping this one (another hook library's)
+            # that calls back into ``loader.exec_module`` reaches the original, never this again.
+            if getattr(loader, "__dict__", {}).get("exec_module") is exec_and_fire:
+                with contextlib.suppress(AttributeError):
                     del loader.exec_module
+            exec_module(module)
             _fire(fullname, sys.modules.get(fullname, module))
 
         with contextlib.suppress(AttributeError, TypeError):  # a loader taking no attributes: unhooked
