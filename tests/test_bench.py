@@ -4,7 +4,9 @@ The simulator runs in this process (its own thread); bench runs in a child proce
 not share a GIL. Latency bounds: the simulator sleeps until absolute deadlines counted from the
 moment it has read a request, so a client-side measurement can only be longer than the configured
 delay; how much longer is the client's own work (SDK, instrumentation, loopback, scheduling), a
-few ms on an idle machine. The upper bounds allow 60 ms of it, for a busy 2-core CI machine.
+few ms on an idle machine. The upper bounds allow 60 ms of it, plus the scheduler lateness measured
+beside the run (tests/jitter.py: the simulator's wake-up and the client's), which is what a busy
+2-core machine adds.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import pytest
 
 from firsttoken.cli.report import percentile
 from firsttoken.sim import LatencyModel, Simulator
+
+from .jitter import SchedulerProbe
 
 SLACK_MS = 60.0
 QUEUE_MS, PREFILL_MS_PER_1K, DECODE_TPS, OUTPUT = 100.0, 100.0, 100.0, 20
@@ -71,10 +75,12 @@ def test_percentiles_match_the_configured_delays_and_the_files_hold_every_reques
     sim: Simulator, tmp_path: Path
 ) -> None:
     out = tmp_path / "run"
-    result = run_bench(
-        "--base-url", sim.openai_base_url, "--model", "steady", "--requests", "24", "--concurrency", "4",
-        "--warmup", "2", "--input-tokens", "300", "--max-tokens", "64", "--out", str(out), "--no-progress",
-    )  # fmt: skip
+    with SchedulerProbe() as probe:
+        result = run_bench(
+            "--base-url", sim.openai_base_url, "--model", "steady", "--requests", "24", "--concurrency", "4",
+            "--warmup", "2", "--input-tokens", "300", "--max-tokens", "64", "--out", str(out), "--no-progress",
+        )  # fmt: skip
+    slack_ms = probe.allow(SLACK_MS / 1000) * 1000
     assert result.returncode == 0, result.stderr
     doc = json.loads((out.with_suffix(".json")).read_text())
     measured = [r for r in doc["requests"] if not r["warmup"]]
@@ -88,14 +94,14 @@ def test_percentiles_match_the_configured_delays_and_the_files_hold_every_reques
     e2e_ms = ttft_ms + (OUTPUT - 1) * 1000 / DECODE_TPS
     ttft = table_row(result.stdout, "steady", "TTFT ms")
     assert ttft["n"] == 24
-    assert ttft_ms <= ttft["p50"] <= ttft_ms + SLACK_MS, (ttft, ttft_ms)
+    assert ttft_ms <= ttft["p50"] <= ttft_ms + slack_ms, (ttft, ttft_ms, slack_ms)
     assert ttft["p50"] <= ttft["p90"] <= ttft["p95"] <= ttft["p99"] <= ttft["max"]
     e2e = table_row(result.stdout, "steady", "API end-to-end ms")
-    assert e2e_ms <= e2e["p50"] <= e2e_ms + SLACK_MS, (e2e, e2e_ms)
+    assert e2e_ms <= e2e["p50"] <= e2e_ms + slack_ms, (e2e, e2e_ms, slack_ms)
     # Tokens are paced by absolute deadlines: the decode rate is exact up to the first and last
     # token's delivery jitter, spread over 19 intervals.
     tpot = table_row(result.stdout, "steady", "time per output token ms")
-    assert 1000 / DECODE_TPS - 1 <= tpot["p50"] <= 1000 / DECODE_TPS + SLACK_MS / (OUTPUT - 1), tpot
+    assert 1000 / DECODE_TPS - 1 <= tpot["p50"] <= 1000 / DECODE_TPS + slack_ms / (OUTPUT - 1), tpot
 
     # The printed table, the JSON summary and the per-request timelines agree.
     summary = doc["summaries"]["steady"]
@@ -148,10 +154,11 @@ def test_compare_orders_two_targets_of_known_speed(sim: Simulator, tmp_path: Pat
 
 def test_open_loop_for_a_duration_without_streaming(sim: Simulator, tmp_path: Path) -> None:
     out = tmp_path / "open.json"
-    result = run_bench(
-        "--base-url", sim.openai_base_url, "--model", "fast", "--no-stream", "--rate", "20", "--duration", "1.5",
-        "--warmup", "1", "--json", str(out), "--no-progress",
-    )  # fmt: skip
+    with SchedulerProbe() as probe:
+        result = run_bench(
+            "--base-url", sim.openai_base_url, "--model", "fast", "--no-stream", "--rate", "20", "--duration", "1.5",
+            "--warmup", "1", "--json", str(out), "--no-progress",
+        )  # fmt: skip
     assert result.returncode == 0, result.stderr
     doc = json.loads(out.read_text())
     measured = [r for r in doc["requests"] if not r["warmup"]]
@@ -163,7 +170,7 @@ def test_open_loop_for_a_duration_without_streaming(sim: Simulator, tmp_path: Pa
     # A whole response arrives when its last token is due: queue + prefill + all tokens.
     floor_ms = 40 + 100 * measured[0]["input_tokens"] / 1000 + OUTPUT * 10
     e2e = sorted(r["e2e_s"] * 1000 for r in measured)
-    assert floor_ms <= e2e[len(e2e) // 2] <= floor_ms + SLACK_MS
+    assert floor_ms <= e2e[len(e2e) // 2] <= floor_ms + probe.allow(SLACK_MS / 1000) * 1000, (e2e, probe.worst)
     assert "TTFT ms" not in result.stdout.split("\nfast: ", 1)[1]
 
 
