@@ -10,8 +10,9 @@ Two stream lengths separate the fixed cost per call from the cost per chunk:
 Configurations:
 
 * ``default``: every trace sampled (the worst case), spans through a ``BatchSpanProcessor`` to an
-  exporter that drops them, metrics into an in-memory reader;
-* ``no phase spans``: the same with ``phase_spans=False``;
+  exporter that drops them, metrics into an in-memory reader; phase spans for the tail only;
+* ``phase spans always``: the same with ``phase_spans="always"`` (every call's waterfall);
+* ``no phase spans``: the same with ``phase_spans="never"``;
 * ``10% sampled``: ``ParentBased(TraceIdRatioBased(0.1))``, a common production set-up;
 * ``firsttoken only``: no-op OpenTelemetry providers, so what remains is firsttoken's own code;
 * ``firsttoken only, no wire hooks``: the same with ``wire_phases=False``; the difference to the
@@ -193,7 +194,8 @@ def _configs() -> dict[str, Callable[[], dict[str, Any]]]:
 
     return {
         "default": sdk,
-        "no phase spans": lambda: {**sdk(), "phase_spans": False},
+        "phase spans always": lambda: {**sdk(), "phase_spans": "always"},
+        "no phase spans": lambda: {**sdk(), "phase_spans": "never"},
         "10% sampled": lambda: sdk(ParentBased(TraceIdRatioBased(0.1))),
         "firsttoken only": noop,
         "firsttoken only, no wire hooks": lambda: {**noop(), "wire_phases": False},
@@ -237,7 +239,15 @@ def end_to_end(calls: int, rounds: int) -> dict[str, dict[str, dict[str, float]]
 # -- instruction counts: a deterministic measure ------------------------------------------------
 
 # Segments run by the child under callgrind, in this order; each becomes one callgrind dump.
-COUNTED_CONFIGS = ("", "default", "no phase spans", "10% sampled", "firsttoken only", "firsttoken only, no wire hooks")
+COUNTED_CONFIGS = (
+    "",
+    "default",
+    "phase spans always",
+    "no phase spans",
+    "10% sampled",
+    "firsttoken only",
+    "firsttoken only, no wire hooks",
+)
 COUNTED_CALLS = {SHORT: 20, LONG: 4}
 
 

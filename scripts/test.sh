@@ -58,6 +58,8 @@ if scripts/llama_server.sh --check; then export FIRSTTOKEN_REAL_SERVER=required;
 run_step pytest "$VENV/bin/python" -m pytest -q "$@"
 # The SDK-facing tests again, on the oldest openai and anthropic SDKs firsttoken supports.
 run_step pytest-oldest-sdks scripts/compat.sh
+# firsttoken's own instructions per call under callgrind, against benchmarks/instruction_budget.json.
+run_step instruction-budget scripts/check_instructions.sh "$VENV"
 # The release: wheel and sdist built and checked; the installed wheel tested on every Python 3.10-3.13 found.
 run_step release scripts/test_release.sh
 

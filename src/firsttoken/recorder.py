@@ -25,6 +25,63 @@ from .timeline import STREAM_TEXT_KEY, Timeline, is_cancellation, turn_bucket
 
 log = logging.getLogger("firsttoken")
 
+_MAX_SERIES = 1024
+"""Attribute sets kept for reuse; past that the cache starts over (it only saves building them)."""
+
+
+class _Series:
+    """The metric attributes of one series of calls (same operation, provider, model, class, stream,
+    response model, server and error), as dicts for the SDK's instruments and as keys for the summed
+    counters. Built on the first call of the series and never changed afterwards."""
+
+    __slots__ = (
+        "call",
+        "call_key",
+        "finish_keys",
+        "input_usage",
+        "lever",
+        "lever_key",
+        "output_usage",
+        "phase_keys",
+        "wire_key",
+    )
+
+    def __init__(self, tl: Timeline) -> None:
+        # The lever metrics' attributes are a subset: operation, provider, model, traffic class.
+        lever: dict[str, AttributeValue] = {
+            sc.GEN_AI_OPERATION_NAME: tl.operation,
+            sc.GEN_AI_PROVIDER_NAME: tl.provider,
+        }
+        if tl.request_model:
+            lever[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
+        if tl.traffic_class:
+            lever[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
+        call: dict[str, AttributeValue] = {**lever, sc.GEN_AI_REQUEST_STREAM: tl.stream}
+        if tl.response_model:
+            call[sc.GEN_AI_RESPONSE_MODEL] = tl.response_model
+        if tl.server_address:
+            call[sc.SERVER_ADDRESS] = tl.server_address
+            if tl.server_port is not None:
+                call[sc.SERVER_PORT] = tl.server_port
+        if tl.error_type:
+            call[sc.ERROR_TYPE] = tl.error_type
+        wire: dict[str, AttributeValue] = {sc.GEN_AI_PROVIDER_NAME: tl.provider}
+        if tl.request_model:
+            wire[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
+        if tl.server_address:
+            wire[sc.SERVER_ADDRESS] = tl.server_address
+        if tl.traffic_class:
+            wire[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
+        self.lever = lever
+        self.lever_key: Key = tuple(lever.items())
+        self.call = call
+        self.call_key: Key = tuple(call.items())
+        self.input_usage: dict[str, AttributeValue] = {**call, sc.GEN_AI_TOKEN_TYPE: sc.TOKEN_TYPE_INPUT}
+        self.output_usage: dict[str, AttributeValue] = {**call, sc.GEN_AI_TOKEN_TYPE: sc.TOKEN_TYPE_OUTPUT}
+        self.wire_key: Key = tuple(wire.items())
+        self.phase_keys: dict[str, Key] = {}
+        self.finish_keys: dict[str, Key] = {}
+
 
 class Recorder:
     """Owns the tracer and the instruments; turns finished Timelines into telemetry."""
@@ -34,6 +91,7 @@ class Recorder:
         self.settings = settings
         self._slow = tail.SlowTail()
         self._phase_keys: dict[str, str] = {}
+        self._series_cache: dict[tuple[Any, ...], _Series] = {}
         self._duration = meter.create_histogram(
             sc.M_OPERATION_DURATION,
             unit=sc.UNIT_SECONDS,
@@ -214,8 +272,9 @@ class Recorder:
                     self._phase_spans(span, tl, phases)
             ctx = trace.set_span_in_context(span)  # metrics in the span's context: exemplars
             sums: list[tuple[SummedCounter, float, Key]] = []
-            self._metrics(tl, ctx, sums)
-            self._wire_metrics(tl, totals, sums)
+            series = self._series(tl)
+            self._metrics(tl, series, ctx, sums)
+            self._wire_metrics(tl, series, totals, sums)
             add_all(sums)
         except Exception:  # never let telemetry break the app
             log.debug("firsttoken: recording a call failed", exc_info=True)
@@ -400,23 +459,28 @@ class Recorder:
             )
             child.end(end_time=tl.wall_ns(end))
 
-    def _metrics(self, tl: Timeline, ctx: Any, sums: list[tuple[SummedCounter, float, Key]]) -> None:
-        # The lever metrics' attributes are a subset: operation, provider, model, traffic class.
-        base: dict[str, AttributeValue] = {sc.GEN_AI_OPERATION_NAME: tl.operation, sc.GEN_AI_PROVIDER_NAME: tl.provider}
-        if tl.request_model:
-            base[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
-        if tl.traffic_class:
-            base[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
-        attrs: dict[str, AttributeValue] = {**base, sc.GEN_AI_REQUEST_STREAM: tl.stream}
-        if tl.response_model:
-            attrs[sc.GEN_AI_RESPONSE_MODEL] = tl.response_model
-        if tl.server_address:
-            attrs[sc.SERVER_ADDRESS] = tl.server_address
-            if tl.server_port is not None:
-                attrs[sc.SERVER_PORT] = tl.server_port
-        if tl.error_type:
-            attrs[sc.ERROR_TYPE] = tl.error_type
+    def _series(self, tl: Timeline) -> _Series:
+        """The attribute sets of a call's metrics, built once per series and reused."""
+        ident = (
+            tl.operation,
+            tl.provider,
+            tl.request_model,
+            tl.traffic_class,
+            tl.stream,
+            tl.response_model,
+            tl.server_address,
+            tl.server_port,
+            tl.error_type,
+        )
+        series = self._series_cache.get(ident)
+        if series is None:
+            if len(self._series_cache) >= _MAX_SERIES:  # models or errors named per call: start over
+                self._series_cache = {}
+            series = self._series_cache[ident] = _Series(tl)
+        return series
 
+    def _metrics(self, tl: Timeline, series: _Series, ctx: Any, sums: list[tuple[SummedCounter, float, Key]]) -> None:
+        attrs = series.call
         duration = tl.duration_s
         if duration is not None:
             self._duration.record(duration, attrs, context=ctx)
@@ -433,36 +497,33 @@ class Recorder:
             if self._chunk_gap is not None and tl.chunk_gaps:
                 for gap in tl.chunk_gaps:
                     self._chunk_gap.record(gap / 1e9, attrs, context=ctx)
-        key = tuple(attrs.items())
+        key = series.call_key
         if tl.input_tokens is not None:
-            self._token_usage.record(tl.input_tokens, {**attrs, sc.GEN_AI_TOKEN_TYPE: sc.TOKEN_TYPE_INPUT}, context=ctx)
+            self._token_usage.record(tl.input_tokens, series.input_usage, context=ctx)
             # Zero is counted too, so that the cache-hit ratio has a denominator and a numerator
             # for every model that reported usage.
             sums.append((self._input_tokens, tl.input_tokens, key))
             sums.append((self._cache_read, tl.cache_read_tokens or 0, key))
             sums.append((self._cache_creation, tl.cache_creation_tokens or 0, key))
         if tl.output_tokens is not None:
-            self._token_usage.record(
-                tl.output_tokens, {**attrs, sc.GEN_AI_TOKEN_TYPE: sc.TOKEN_TYPE_OUTPUT}, context=ctx
-            )
+            self._token_usage.record(tl.output_tokens, series.output_usage, context=ctx)
             sums.append((self._output_tokens, tl.output_tokens, key))
             if tl.reasoning_tokens:
                 sums.append((self._reasoning_tokens, tl.reasoning_tokens, key))
-        self._lever_metrics(tl, base, ctx, sums)
+        self._lever_metrics(tl, series, ctx, sums)
 
-    def _wire_metrics(self, tl: Timeline, totals: dict[str, int], sums: list[tuple[SummedCounter, float, Key]]) -> None:
+    def _wire_metrics(
+        self, tl: Timeline, series: _Series, totals: dict[str, int], sums: list[tuple[SummedCounter, float, Key]]
+    ) -> None:
         """Where the time went: phase durations, connection reuse, bytes on the wire."""
-        base: dict[str, AttributeValue] = {sc.GEN_AI_PROVIDER_NAME: tl.provider}
-        if tl.request_model:
-            base[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
-        if tl.server_address:
-            base[sc.SERVER_ADDRESS] = tl.server_address
-        if tl.traffic_class:
-            base[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
-        key = tuple(base.items())
+        key = series.wire_key
         phase = self._phase
+        phase_keys = series.phase_keys
         for name, ns in totals.items():
-            sums.append((phase, ns / 1e9, (*key, (sc.FT_PHASE, name))))
+            phase_key = phase_keys.get(name)
+            if phase_key is None:
+                phase_key = phase_keys[name] = (*key, (sc.FT_PHASE, name))
+            sums.append((phase, ns / 1e9, phase_key))
         if tl.new_connections:
             sums.append((self._connections, tl.new_connections, (*key, (sc.FT_CONNECTION_OUTCOME, "new"))))
         if tl.reused_connections:
@@ -479,12 +540,16 @@ class Recorder:
             sums.append((self._server_reports, 1, timed))
 
     def _lever_metrics(
-        self, tl: Timeline, base: dict[str, AttributeValue], ctx: Any, sums: list[tuple[SummedCounter, float, Key]]
+        self, tl: Timeline, series: _Series, ctx: Any, sums: list[tuple[SummedCounter, float, Key]]
     ) -> None:
         """The signals behind latency levers: stop reasons, prefixes, context growth, client reuse."""
-        key = tuple(base.items())
+        key = series.lever_key
+        finish_keys = series.finish_keys
         for reason in tl.finish_reasons.values():
-            sums.append((self._finish_reasons, 1, (*key, (sc.FT_FINISH_REASON, reason))))
+            finish_key = finish_keys.get(reason)
+            if finish_key is None:
+                finish_key = finish_keys[reason] = (*key, (sc.FT_FINISH_REASON, reason))
+            sums.append((self._finish_reasons, 1, finish_key))
         if tl.new_client:
             sums.append((self._sdk_clients, 1, key))
         if tl.prefix_hash and tl.input_tokens is not None:
@@ -492,7 +557,7 @@ class Recorder:
             sums.append((self._prefix_input, tl.input_tokens, prefixed))
             sums.append((self._prefix_cache_read, tl.cache_read_tokens or 0, prefixed))
         if tl.conversation_turn is not None:
-            turns = {**base, sc.FT_CONVERSATION_TURNS: turn_bucket(tl.conversation_turn)}
+            turns = {**series.lever, sc.FT_CONVERSATION_TURNS: turn_bucket(tl.conversation_turn)}
             if tl.input_tokens is not None:
                 self._conversation_input.record(tl.input_tokens, turns, context=ctx)
             ttft = tl.time_to_first_token_s

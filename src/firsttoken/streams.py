@@ -53,22 +53,20 @@ def end_on_exception(tl: Timeline, exc: BaseException, end_ns: int | None = None
         tl.finish(sc.END_ERROR, end_ns, error_type_of(exc))
 
 
-def _on_chunk(tl: Timeline, now: int) -> None:
-    if tl.first_chunk_ns is None:
-        tl.first_chunk_ns = now
-    elif tl.chunk_gaps is not None and tl.last_chunk_ns is not None:
-        tl.chunk_gaps.append(now - tl.last_chunk_ns)
-    tl.last_chunk_ns = now
-    tl.chunk_count += 1
-
-
 def observe_sync(items: Iterator[T], tl: Timeline, observe: Observer) -> Iterator[T]:
     """Yield exactly what ``items`` yields, timing each item and ending the call once."""
     clock = time.perf_counter_ns
+    gaps = tl.chunk_gaps
     try:
         for item in items:
             now = clock()
-            _on_chunk(tl, now)
+            # Per chunk, so written out here rather than in a function both loops would call.
+            if tl.first_chunk_ns is None:
+                tl.first_chunk_ns = now
+            elif gaps is not None and tl.last_chunk_ns is not None:
+                gaps.append(now - tl.last_chunk_ns)
+            tl.last_chunk_ns = now
+            tl.chunk_count += 1
             try:
                 observe(tl, item, now)
             except Exception:  # a surprise in an item must not reach the app
@@ -92,10 +90,16 @@ def observe_sync(items: Iterator[T], tl: Timeline, observe: Observer) -> Iterato
 async def observe_async(items: AsyncIterator[T], tl: Timeline, observe: Observer) -> AsyncIterator[T]:
     """The async twin of :func:`observe_sync`."""
     clock = time.perf_counter_ns
+    gaps = tl.chunk_gaps
     try:
         async for item in items:
             now = clock()
-            _on_chunk(tl, now)
+            if tl.first_chunk_ns is None:
+                tl.first_chunk_ns = now
+            elif gaps is not None and tl.last_chunk_ns is not None:
+                gaps.append(now - tl.last_chunk_ns)
+            tl.last_chunk_ns = now
+            tl.chunk_count += 1
             try:
                 observe(tl, item, now)
             except Exception:  # a surprise in an item must not reach the app

@@ -249,6 +249,13 @@ def _delta_has_output(delta: Any) -> bool:
 
 def observe_chat_chunk(tl: Timeline, chunk: Any, now: int) -> None:
     choices = chunk.choices
+    # Almost every chunk: one choice with text and nothing else to read.
+    if len(choices) == 1 and tl.response_id is not None and tl.capture is None and chunk.usage is None:
+        choice = choices[0]
+        delta = choice.delta
+        if choice.finish_reason is None and delta is not None and delta.content:
+            tl.output_token(now)
+            return
     final = not choices
     if choices:
         produced = False
