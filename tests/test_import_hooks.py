@@ -210,6 +210,45 @@ def test_uninstrument_after_the_sdk_was_imported_restores_it(sim: Simulator) -> 
     assert out["text"]
 
 
+def test_modules_an_sdk_loads_on_first_use_are_patched_then_not_at_instrument(sim: Simulator) -> None:
+    # openai imports its resources on the first ``client.chat``: instrument() must not import them
+    # (that was most of its cost with the SDK already imported), yet their public methods are
+    # patched once the app loads them, so a call still starts when the app calls ``create``.
+    out = run(
+        """
+        import openai
+        RESOURCE = "openai.resources.chat.completions.completions"
+        out["before"] = RESOURCE in sys.modules
+        import firsttoken
+        firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        out["loaded_by_instrument"] = RESOURCE in sys.modules
+        out["text"] = chat_openai()
+        module = sys.modules[RESOURCE]
+        out["create_patched"] = is_patched(module.Completions, "create")
+        out["calls"] = len(calls())
+        firsttoken.uninstrument()
+        create = module.Completions.__dict__.get("create")
+        out["create_restored"] = create is not None and not getattr(create, "_self_firsttoken", False)
+        # Undone before the app loads a resource: its pending patch is dropped, not made later.
+        firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        firsttoken.uninstrument()
+        import openai.resources.embeddings as embeddings
+        out["embeddings_patched"] = is_patched(embeddings.Embeddings, "create")
+        """,
+        sim,
+    )
+    assert out["text"]
+    assert out == {
+        "before": False,
+        "loaded_by_instrument": False,
+        "text": out["text"],
+        "create_patched": True,
+        "calls": 1,
+        "create_restored": True,
+        "embeddings_patched": False,
+    }
+
+
 def test_the_opentelemetry_instrumentor_shares_the_installation(telemetry: Telemetry) -> None:
     """``opentelemetry-instrument`` goes through FirstTokenInstrumentor: one installation for both."""
     instrumentor = firsttoken.FirstTokenInstrumentor()

@@ -280,5 +280,5 @@ class CallHooks:
         for module, path in public_methods:
             # Without these a call starts when the SDK sends, a little later than the app called.
             is_async = path.startswith(("Async", "BetaAsync")) or path.endswith("__aenter__")
-            patches.wrap(module, path, common.stamp_start_async if is_async else common.stamp_start)
+            patches.wrap_when_imported(module, path, common.stamp_start_async if is_async else common.stamp_start)
         return True
