@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from firsttoken.cli.report import percentile
 from firsttoken.sim import LatencyModel, Simulator
 
 from .jitter import SchedulerProbe
+from .servers import free_port
 
 SLACK_MS = 60.0
 QUEUE_MS, PREFILL_MS_PER_1K, DECODE_TPS, OUTPUT = 100.0, 100.0, 100.0, 20
@@ -213,12 +213,6 @@ def test_impossible_flags_and_bad_files_get_one_clear_message(tmp_path: Path) ->
     assert result.returncode == 2 and "OPENAI_API_KEY is not set" in result.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class _Refusing(BaseHTTPRequestHandler):
     """An OpenAI-shaped endpoint that refuses the key, or does not know the model."""
 
@@ -258,7 +252,7 @@ def test_unreachable_wrong_key_and_unknown_model_stop_with_one_message(sim: Simu
     # What was measured before the error stays in the files: a good target runs, then the next
     # one cannot be reached.
     out = tmp_path / "partial"
-    dead = f"http://127.0.0.1:{_free_port()}/v1"
+    dead = f"http://127.0.0.1:{free_port()}/v1"
     result = run_bench(
         "--target", f"ok=openai:fast@{sim.openai_base_url}", "--target", f"dead=openai:fast@{dead}",
         "--requests", "5", "--warmup", "0", "--max-retries", "0", "--out", str(out), "--no-progress",

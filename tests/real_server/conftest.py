@@ -8,15 +8,14 @@ skip into a failure (for a run that built it and must not silently test nothing)
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from ..servers import free_port, wait_ready
 
 VERSION = "11434.0.0"
 CACHE = Path(
@@ -39,12 +38,6 @@ def _model() -> Path | None:
     return next(iter(sorted((CACHE / "model").glob("*.gguf"))), None)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _missing() -> str | None:
     if not SERVER.is_file():
         return f"llama-server is not built ({SERVER} is missing): run scripts/llama_server.sh"
@@ -62,7 +55,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
         pytest.skip(missing)
     model = _model()
     assert model is not None
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
     # One slot (so consecutive calls share its prompt cache), a small context, one thread: on a busy
     # 2-core machine two threads spin at every barrier while the other is preempted (measured here:
@@ -72,20 +65,19 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
     with open(log, "wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama-server exited with {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama-server not healthy after {STARTUP_TIMEOUT_S:.0f} s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+        try:
+            wait_ready(
+                proc,
+                f"{base}/health",
+                name="llama-server",
+                timeout_s=STARTUP_TIMEOUT_S,
+                poll_s=0.2,
+                request_timeout_s=5,
+                logs=lambda: log.read_text(errors="replace")[-3000:],
+            )
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
         yield LlamaServer(base_url=base, model_path=str(model), log=log)
     finally:
         proc.terminate()

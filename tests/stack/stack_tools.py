@@ -7,10 +7,8 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.servers import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "prometheus" / "rules"
@@ -180,12 +179,6 @@ def documented_series() -> set[str]:
 # -- a throwaway Prometheus --------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Prometheus:
     """A real Prometheus on 127.0.0.1, in a temporary directory; always killed on exit."""
 
@@ -233,19 +226,7 @@ def prometheus(config: dict[str, Any], *, features: str = "exemplar-storage") ->
             )
         server = Prometheus(f"http://127.0.0.1:{port}", process, log)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"prometheus exited with {process.returncode}:\n{server.logs()}")
-                try:
-                    with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as resp:
-                        if resp.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"prometheus did not become ready in 30 s:\n{server.logs()}")
-                time.sleep(0.1)
+            wait_ready(process, f"{server.url}/-/ready", name="prometheus", timeout_s=30, poll_s=0.1, logs=server.logs)
             yield server
         finally:
             process.terminate()
