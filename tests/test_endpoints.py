@@ -8,12 +8,15 @@ span. One cassette is shaped, and says so: vLLM's ``metrics``, which no public r
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
 import anthropic
 import openai
@@ -108,24 +111,61 @@ def test_cloudflare_gateway_upstream_comes_from_the_base_url(path: str, upstream
 # -- responses ----------------------------------------------------------------------------------
 
 
-def _replay(cassette: Path, provider_hosts: dict[str, str] | None = None, calls: int = 1) -> list[dict[str, Any]]:
-    """Replay a cassette's request ``calls`` times through the real openai SDK; the call spans' attributes."""
+def _to_simulator(sdk: ModuleType, url: str) -> Any:
+    """An HTTP client for ``sdk`` that sends every request to the simulator at ``url``, whatever host the
+    SDK's base URL names. It is of the httpx flavour the SDK's own client is (httpx or httpx2)."""
+    http = importlib.import_module(sdk.DefaultHttpxClient.__mro__[1].__module__.split(".")[0])
+    target = http.URL(url)
+
+    class ToSimulator(http.BaseTransport):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            self._inner = http.HTTPTransport()
+
+        def handle_request(self, request: Any) -> Any:
+            request.url = request.url.copy_with(scheme=target.scheme, host=target.host, port=target.port)
+            return self._inner.handle_request(request)
+
+        def close(self) -> None:
+            self._inner.close()
+
+    return http.Client(transport=ToSimulator())
+
+
+def _replay(cassette: Path, calls: int = 1) -> list[dict[str, Any]]:
+    """Replay a cassette's request ``calls`` times through the real SDK (anthropic for ``/v1/messages``, else
+    openai); the call spans' attributes.
+
+    The client's base URL is the recorded one (``https://api.groq.com/openai/v1``, ``http://localhost:11434/v1``),
+    so firsttoken sees the host the recording was made against; its transport carries the bytes to the simulator.
+    """
     data = yaml.safe_load(cassette.read_text())
-    body = json.loads(data["interactions"][0]["request"]["body"])
+    request = data["interactions"][0]["request"]
+    body = json.loads(request["body"])
+    messages_api = request["uri"].endswith("/v1/messages")  # Anthropic's; the rest are chat completions
+    base_url = request["uri"].rsplit("/v1/messages" if messages_api else "/chat/completions", 1)[0]
     t = Telemetry()
-    options: dict[str, Any] = {} if provider_hosts is None else {"provider_hosts": provider_hosts}
-    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, **options)
+    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
     try:
         with Simulator(replay=[cassette], latency=FAST) as sim:
-            client = openai.OpenAI(base_url=sim.openai_base_url, api_key="sk-test", max_retries=0)
+            http_client = _to_simulator(anthropic if messages_api else openai, sim.url)
+            client: openai.OpenAI | anthropic.Anthropic
             for _ in range(calls):
-                result = client.chat.completions.create(**body)
-                if body.get("stream"):
-                    list(result)
+                if messages_api:
+                    client = anthropic.Anthropic(
+                        base_url=base_url, api_key="sk-test", max_retries=0, http_client=http_client
+                    )
+                    client.messages.create(**body)
+                else:
+                    client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0, http_client=http_client)
+                    result = client.chat.completions.create(**body)
+                    if body.get("stream"):
+                        list(result)
+            http_client.close()
     finally:
         firsttoken.uninstrument()
     spans = t.calls()
     assert len(spans) == calls
+    assert {span.attributes[sc.SERVER_ADDRESS] for span in spans if span.attributes} == {urlsplit(base_url).hostname}
     return [dict(span.attributes or {}) for span in spans]
 
 
@@ -293,8 +333,8 @@ def test_openrouter_names_the_upstream_provider() -> None:
     """Recorded from openrouter.ai: the body's ``provider`` is the upstream, as given."""
     cassette = RECORDINGS / "openrouter_chat.yaml"
     body, _ = _recorded(cassette)
-    (attrs,) = _replay(cassette, provider_hosts={"127.0.0.1": "openrouter"})
-    assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == ("openrouter", "config")
+    (attrs,) = _replay(cassette)
+    assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == ("openrouter", "host")
     assert attrs[sc.FT_UPSTREAM_PROVIDER] == body["provider"] == "Google"
     assert attrs[sc.GEN_AI_RESPONSE_MODEL] == body["model"]
 
@@ -323,8 +363,8 @@ def test_provider_timing_in_recorded_bodies(cassette: str, provider: str, timing
     reported = _last_sse_chunk(RECORDINGS / cassette) if stream else _recorded(RECORDINGS / cassette)[0]
     for key in timing:
         reported = reported[key]
-    (attrs,) = _replay(RECORDINGS / cassette, provider_hosts={"127.0.0.1": provider})
-    assert attrs[sc.GEN_AI_PROVIDER_NAME] == provider
+    (attrs,) = _replay(RECORDINGS / cassette)
+    assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == (provider, "host")
     assert attrs[sc.FT_SERVER_TIMING_SOURCE] == source
     assert attrs[sc.FT_SERVER_QUEUE_TIME] == pytest.approx(reported["queue_time"])
     assert attrs[sc.FT_SERVER_PROMPT_TIME] == pytest.approx(reported["prompt_time"])
@@ -332,12 +372,35 @@ def test_provider_timing_in_recorded_bodies(cassette: str, provider: str, timing
     assert attrs[sc.FT_SERVER_TOTAL_TIME] == pytest.approx(reported["total_time"])
 
 
+@pytest.mark.parametrize(
+    ("cassette", "provider"),
+    [
+        ("openai_chat.yaml", "openai"),
+        ("groq_chat.yaml", "groq"),
+        ("cerebras_chat.yaml", "cerebras"),
+        ("deepseek_chat.yaml", "deepseek"),
+        ("mistral_chat.yaml", "mistral_ai"),
+        ("gemini_chat.yaml", "gcp.gemini"),
+        ("openrouter_chat.yaml", "openrouter"),
+        ("anthropic_messages.yaml", "anthropic"),
+    ],
+)
+def test_recorded_responses_from_known_hosts_keep_the_host_name(cassette: str, provider: str) -> None:
+    """A host row decides, and the recorded response, replayed twice, changes nothing (or nothing but timing)."""
+    body, _ = _recorded(RECORDINGS / cassette)
+    for attrs in _replay(RECORDINGS / cassette, calls=2):
+        assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == (provider, "host")
+        assert attrs[sc.GEN_AI_RESPONSE_MODEL] == body["model"]
+        usage = body["usage"]
+        assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == usage.get("prompt_tokens", usage.get("input_tokens"))
+
+
 def test_openai_processing_header_is_server_timing() -> None:
-    """Recorded from api.openai.com: ``openai-processing-ms`` is server timing; nothing in it renames the provider."""
+    """Recorded from api.openai.com: ``openai-processing-ms`` is server timing."""
     cassette = RECORDINGS / "openai_chat.yaml"
     _, headers = _recorded(cassette)
     (attrs,) = _replay(cassette)
-    assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == ("openai", "sdk")
+    assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == ("openai", "host")
     assert attrs[sc.FT_SERVER_PROCESSING_TIME] == pytest.approx(float(headers["openai-processing-ms"]) / 1000)
 
 
