@@ -131,7 +131,7 @@ def _to_simulator(sdk: ModuleType, url: str) -> Any:
     return http.Client(transport=ToSimulator())
 
 
-def _replay(cassette: Path, calls: int = 1) -> list[dict[str, Any]]:
+def _replay(cassette: Path, calls: int = 1, t: Telemetry | None = None) -> list[dict[str, Any]]:
     """Replay a cassette's request ``calls`` times through the real SDK (anthropic for ``/v1/messages``, else
     openai); the call spans' attributes.
 
@@ -143,7 +143,7 @@ def _replay(cassette: Path, calls: int = 1) -> list[dict[str, Any]]:
     body = json.loads(request["body"])
     messages_api = request["uri"].endswith("/v1/messages")  # Anthropic's; the rest are chat completions
     base_url = request["uri"].rsplit("/v1/messages" if messages_api else "/chat/completions", 1)[0]
-    t = Telemetry()
+    t = t or Telemetry()
     assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
     try:
         with Simulator(replay=[cassette], latency=FAST) as sim:
@@ -337,6 +337,18 @@ def test_openrouter_names_the_upstream_provider() -> None:
     assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == ("openrouter", "host")
     assert attrs[sc.FT_UPSTREAM_PROVIDER] == body["provider"] == "Google"
     assert attrs[sc.GEN_AI_RESPONSE_MODEL] == body["model"]
+
+
+def test_upstream_provider_is_a_metric_label_behind_a_gateway() -> None:
+    """Routing shows on dashboards: the call metrics carry the upstream provider, where a gateway names one."""
+    t = Telemetry()
+    (attrs,) = _replay(RECORDINGS / "openrouter_chat.yaml", t=t)
+    points = t.metrics()[sc.M_OPERATION_DURATION]
+    assert [p.attributes[sc.FT_UPSTREAM_PROVIDER] for p in points] == [attrs[sc.FT_UPSTREAM_PROVIDER]] == ["Google"]
+    assert points[0].attributes[sc.GEN_AI_PROVIDER_NAME] == "openrouter"
+    t = Telemetry()
+    _replay(RECORDINGS / "groq_chat.yaml", t=t)  # no gateway: no such label
+    assert all(sc.FT_UPSTREAM_PROVIDER not in p.attributes for p in t.metrics()[sc.M_OPERATION_DURATION])
 
 
 def test_litellm_headers_name_the_gateway_and_its_upstream() -> None:

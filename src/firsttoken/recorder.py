@@ -31,7 +31,7 @@ _MAX_SERIES = 1024
 
 class _Series:
     """The metric attributes of one series of calls (same operation, provider, model, class, stream,
-    response model, server and error), as dicts for the SDK's instruments and as keys for the summed
+    response model, server, error and upstream provider), as dicts for the SDK's instruments and as keys for the summed
     counters. Built on the first call of the series and never changed afterwards."""
 
     __slots__ = (
@@ -65,6 +65,9 @@ class _Series:
                 call[sc.SERVER_PORT] = tl.server_port
         if tl.error_type:
             call[sc.ERROR_TYPE] = tl.error_type
+        upstream = tl.extra.get(sc.FT_UPSTREAM_PROVIDER)
+        if upstream:  # behind a gateway: the providers it routes to, a handful per gateway
+            call[sc.FT_UPSTREAM_PROVIDER] = upstream
         wire: dict[str, AttributeValue] = {sc.GEN_AI_PROVIDER_NAME: tl.provider}
         if tl.request_model:
             wire[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
@@ -471,6 +474,7 @@ class Recorder:
             tl.server_address,
             tl.server_port,
             tl.error_type,
+            tl.extra.get(sc.FT_UPSTREAM_PROVIDER),
         )
         series = self._series_cache.get(ident)
         if series is None:
