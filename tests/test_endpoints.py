@@ -249,9 +249,12 @@ def test_server_timing_metric_gets_llama_cpp_phases() -> None:
 
 
 def _recorded(cassette: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """A cassette's whole response body and its headers (first value each), parsed independently of firsttoken."""
+    """A cassette's whole response body (empty for a stream) and its headers (first value each), parsed
+    independently of firsttoken."""
     response = yaml.safe_load(cassette.read_text())["interactions"][0]["response"]
     headers = {name.lower(): values[0] for name, values in response["headers"].items()}
+    if headers["content-type"].startswith("text/event-stream"):
+        return {}, headers
     return dict(json.loads(response["body"]["string"])), headers
 
 
@@ -327,6 +330,16 @@ def test_tgi_headers_name_the_server_and_give_its_timing() -> None:
     assert attrs[sc.FT_SERVER_TOTAL_TIME] == pytest.approx(float(headers["x-total-time"]) / 1000)
     # x-compute-time is in seconds, not milliseconds, and agrees with x-total-time: it is not read.
     assert float(headers["x-compute-time"]) == pytest.approx(attrs[sc.FT_SERVER_TOTAL_TIME], abs=0.001)
+
+
+def test_tgi_stream_is_named_by_its_header_and_has_no_timing() -> None:
+    """Recorded from TGI through Hugging Face's router: a stream's headers have ``x-compute-type`` and no timing."""
+    cassette = RECORDINGS / "tgi_chat_stream.yaml"
+    _, headers = _recorded(cassette)
+    assert "x-compute-type" in headers and "x-queue-time" not in headers
+    (attrs,) = _replay(cassette)
+    assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == ("tgi", "response")
+    assert sc.FT_SERVER_TIMING_SOURCE not in attrs
 
 
 def test_openrouter_names_the_upstream_provider() -> None:
