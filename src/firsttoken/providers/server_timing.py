@@ -10,7 +10,9 @@
   ``predicted_ms``) on whole OpenAI-style responses and on the last chunk of a stream. Its
   Anthropic Messages endpoint returns none.
 * vLLM: ``metrics`` (``queue_time_ms``, ``time_to_first_token_ms``, ``generation_time_ms``,
-  ``mean_itl_ms``) where the server sends it.
+  ``mean_itl_ms``) where the server sends it: vLLM 0.25.0 and later, started with
+  ``--enable-per-request-metrics`` (otherwise ``metrics`` is null), on whole responses and on the
+  final usage chunk of a stream.
 * TGI: the ``x-queue-time``/``x-inference-time``/``x-time-per-token`` headers of whole responses
   (read by :mod:`firsttoken.transport`).
 
