@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,13 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 def test_slow_tail_is_the_top_tenth_of_recent_calls() -> None:
     slow = tail.SlowTail()
     # No call is slow before MIN_CALLS have been seen, however long it took.
-    assert not any(slow.is_slow("k", 100.0 if i == 5 else 1.0 + i / 100) for i in range(tail.MIN_CALLS))
-    values = [1.0 + i / 100 for i in range(tail.MIN_CALLS)]
+    assert not any(slow.is_slow("k", 100.0 if i == 5 else 1.0 + i / 10) for i in range(tail.MIN_CALLS))
+    values = [1.0 + i / 10 for i in range(tail.MIN_CALLS)]
     values[5] = 100.0
-    threshold = sorted(values)[int(tail.QUANTILE * len(values))]
+    ordered = sorted(values)
+    # Spread values: the p90 is well above the median plus the margin, so it is the threshold.
+    threshold = ordered[int(tail.QUANTILE * len(ordered))]
+    assert threshold > ordered[len(ordered) // 2] * (1 + tail.MARGIN)
     assert slow.is_slow("k", threshold + 0.001)
     assert not slow.is_slow("k", threshold)
     assert not slow.is_slow("other kind", 1000.0), "every kind has its own tail"
@@ -39,6 +43,36 @@ def test_slow_tail_forgets_old_calls() -> None:
     for _ in range(tail.WINDOW):  # the kind got faster: the old 10 s calls leave the window
         slow.is_slow("k", 1.0)
     assert slow.is_slow("k", 2.0)
+
+
+def _slow_share(values: list[float]) -> float:
+    slow = tail.SlowTail()
+    flags = [slow.is_slow("k", v) for v in values]
+    return sum(flags[tail.MIN_CALLS :]) / len(flags[tail.MIN_CALLS :])
+
+
+def test_alike_calls_drifting_slowly_are_not_all_slow() -> None:
+    # Calls that are all alike (0.5 % noise) and get slower by 0.05 % per call, as a warming cache
+    # or a filling batch makes them: each is above the p90 of the calls a few rounds before, so a
+    # threshold recomputed every 16 calls called most of them slow. None is a call to drill into.
+    rng = random.Random(3)
+    drifting = [1.0 * (1 + 0.0005 * i) * (1 + rng.uniform(-0.005, 0.005)) for i in range(2000)]
+    assert _slow_share(drifting) <= 0.02
+    # The same calls with a genuine outlier now and then: the outliers are still slow.
+    slow = tail.SlowTail()
+    for value in drifting[:500]:
+        slow.is_slow("k", value)
+    assert slow.is_slow("k", drifting[500] * 2)
+
+
+def test_spread_calls_give_a_tenth_their_waterfall() -> None:
+    # A realistic spread (lognormal, p90 about twice the median), steady or drifting slowly: about a
+    # tenth of the calls are over the running p90, whatever the drift.
+    rng = random.Random(4)
+    steady = [rng.lognormvariate(0, 0.5) for _ in range(4000)]
+    drifting = [v * (1 + 0.0002 * i) for i, v in enumerate(steady)]
+    for values in (steady, drifting):
+        assert 0.06 <= _slow_share(values) <= 0.16
 
 
 @pytest.fixture

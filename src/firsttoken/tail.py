@@ -4,8 +4,15 @@ A call's phase child spans cost as much to build and export as the call span its
 over, and only the calls a person drills into need them: the slow ones. A call's end is known when
 its spans are built, so firsttoken decides then. "Slow" is over the call's traffic-class targets
 when its class has some, otherwise relative to the same kind of call (the same provider, operation,
-model and streaming): above the running 90th percentile of its recent calls, kept here per kind
-from a window of the last calls and recomputed every few calls.
+model and streaming): above the running 90th percentile of its recent calls and clearly above
+their median, kept here per kind from a window of the last calls and recomputed every few calls.
+
+The margin over the median matters when the calls of a kind are all alike (a steady server, a
+cache, a local model): then the p90 is barely above the median, and a slow drift between two
+recomputations (a warming cache, a filling batch, a clock of a few percent) puts most calls above
+the p90 of the calls before them, which would hand a waterfall to most calls instead of a tenth.
+A call must be MARGIN over the median too, and a kind whose calls cross the threshold far more
+often than a tenth of the time gets it recomputed at once rather than at the next round.
 """
 
 from __future__ import annotations
@@ -21,6 +28,12 @@ MIN_CALLS = 16
 """Calls of a kind seen before any of them is called slow (a few calls make no tail)."""
 EVERY = 16
 """The quantile is recomputed after this many calls of a kind (a sort of WINDOW floats)."""
+MARGIN = 0.25
+"""A slow call is also this much (a fraction) over its kind's running median: among calls that are
+all alike, being above the p90 by a hair is not slow."""
+OVER_LIMIT = 3
+"""Calls over the threshold since it was computed that make it stale: recomputed at the next call.
+A tenth of EVERY calls is 1.6 on average; 3 in a row of 16 means the kind drifted."""
 MAX_KINDS = 1024
 """Kinds tracked at once; past that (models named per call), tracking starts over."""
 
@@ -39,23 +52,29 @@ SLOW_CONNECT_S = 0.1
 
 
 class _Window:
-    __slots__ = ("seen", "threshold", "values")
+    __slots__ = ("over", "seen", "since", "threshold", "values")
 
     def __init__(self) -> None:
         self.values: list[float] = []
         self.seen = 0
+        self.since = 0
+        """Calls since the threshold was computed."""
+        self.over = 0
+        """Of those, calls over it."""
         self.threshold: float | None = None
 
 
 class SlowTail:
-    """Per kind of call, whether a value (TTFT or duration) is in its slowest tenth of late."""
+    """Per kind of call, whether a value (TTFT or duration) is in its slowest tenth of late, and
+    clearly above its median."""
 
     def __init__(self) -> None:
         self._kinds: dict[Hashable, _Window] = {}
         self._lock = threading.Lock()
 
     def is_slow(self, kind: Hashable, value: float) -> bool:
-        """Whether ``value`` is above the kind's running quantile; then counts it in."""
+        """Whether ``value`` is above the kind's running quantile and MARGIN over its running median;
+        then counts it in."""
         with self._lock:
             window = self._kinds.get(kind)
             if window is None:
@@ -63,13 +82,20 @@ class SlowTail:
                     self._kinds = {}
                 window = self._kinds[kind] = _Window()
             threshold = window.threshold
+            slow = threshold is not None and value > threshold
             values = window.values
             if len(values) < WINDOW:
                 values.append(value)
             else:
                 values[window.seen % WINDOW] = value
             window.seen += 1
-            if window.seen >= MIN_CALLS and window.seen % EVERY == 0:
+            window.since += 1
+            if slow:
+                window.over += 1
+            if window.seen >= MIN_CALLS and (window.since >= EVERY or window.over >= OVER_LIMIT):
                 ordered = sorted(values)
-                window.threshold = ordered[int(QUANTILE * len(ordered))]
-        return threshold is not None and value > threshold
+                window.threshold = max(
+                    ordered[int(QUANTILE * len(ordered))], ordered[len(ordered) // 2] * (1.0 + MARGIN)
+                )
+                window.since = window.over = 0
+        return slow
