@@ -35,9 +35,19 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-TARGET_PER_CALL_US = 60.0
-TARGET_PER_CHUNK_US = 3.0
-TARGET_WIRE_US = 15.0
+# The goals (issue 15, docs/overhead.md). What a user pays, call path plus export, is compared with
+# the peer instrumentations side by side by the shared peer benchmark, not here; this script holds
+# firsttoken's own code to its goals, in instructions (callgrind, --instructions), which timing on a
+# shared 2-core machine cannot resolve.
+GOAL_OWN_PER_CALL_INSTR = 350_000
+"""firsttoken's own code per call ("firsttoken only": no-op OpenTelemetry providers), ≈ 60 µs here."""
+GOAL_PER_CHUNK_INSTR = 5_000
+"""Per streamed chunk, any configuration."""
+GOALS = (
+    f"goals: firsttoken's own code (firsttoken only) ≤ {GOAL_OWN_PER_CALL_INSTR:,} instructions per call, "
+    f"≤ {GOAL_PER_CHUNK_INSTR:,} per chunk (--instructions counts them); the default configuration, call path "
+    "plus export, no more than the cheapest peer instrumentation (docs/overhead.md, the shared peer benchmark)"
+)
 SHORT, LONG = 8, 256
 
 
@@ -576,10 +586,17 @@ def main() -> None:
                     f"{r['per_chunk_instr']:10,.0f} {r['per_chunk_us']:6.2f}"
                 )
             base = next(iter(configs.values()))
-            print(
-                f"{name:10} {'(uninstrumented call)':32} {base['baseline_instr']:12,.0f} {base['baseline_us']:7.1f}\n"
-            )
-        print(f"targets: per chunk < {TARGET_PER_CHUNK_US} µs, per call < {TARGET_PER_CALL_US} µs")
+            print(f"{name:10} {'(uninstrumented call)':32} {base['baseline_instr']:12,.0f} {base['baseline_us']:7.1f}")
+            own = configs.get("firsttoken only")
+            if own is not None:
+                call_ok = own["per_call_instr"] <= GOAL_OWN_PER_CALL_INSTR
+                chunk_ok = max(r["per_chunk_instr"] for r in configs.values()) <= GOAL_PER_CHUNK_INSTR
+                print(
+                    f"{name:10} own code per call {'meets' if call_ok else 'misses'} its goal, "
+                    f"per chunk {'meets' if chunk_ok else 'misses'} its goal"
+                )
+            print()
+        print(GOALS)
         return
     if args.calls < 1 or args.rounds < 1:
         parser.error("--calls and --rounds must be at least 1")
@@ -602,10 +619,7 @@ def main() -> None:
         f"httpcore's own cost of a trace callback that does nothing: "
         f"{httpcore_trace_cost(calls * 3, rounds):.1f} µs per request"
     )
-    print(
-        f"targets: per chunk < {TARGET_PER_CHUNK_US} µs, per call < {TARGET_PER_CALL_US} µs, "
-        f"wire hooks < {TARGET_WIRE_US} µs per call"
-    )
+    print(GOALS)
 
 
 if __name__ == "__main__":
