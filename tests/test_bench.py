@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from firsttoken.cli.bench import SDK_REQUIREMENT
 from firsttoken.cli.report import percentile
 from firsttoken.sim import LatencyModel, Simulator
 
@@ -231,6 +232,15 @@ class _Refusing(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         pass
+
+
+def test_the_missing_sdk_message_names_the_extras_requirement() -> None:
+    """``the openai SDK is not installed: pip install '...'`` names what firsttoken's extra of that name
+    requires (firsttoken itself is not on a package index, so its extras cannot be named there)."""
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    assert {api: [req] for api, req in SDK_REQUIREMENT.items()} == {api: extras[api] for api in SDK_REQUIREMENT}
 
 
 def test_unreachable_wrong_key_and_unknown_model_stop_with_one_message(sim: Simulator, tmp_path: Path) -> None:

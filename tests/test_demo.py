@@ -13,6 +13,7 @@ import time
 import warnings
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -49,6 +50,8 @@ def test_report_shows_progress_the_phase_breakdown_and_the_caveat() -> None:
     done = _demo("--actions", "6", "--no-levers", "--seed", "3")
     assert done.returncode == 0, done.stderr
     out = done.stdout
+    sdks = f"the openai SDK {openai.__version__} and the anthropic SDK {anthropic.__version__}"
+    assert f"LLM calls through {sdks}, against the built-in simulator, in " in out.splitlines()[0]
     assert "Where the time went" in out
     assert "  median call: " in out and "  slowest call: " in out
     assert "server_wait" in out and "%)" in out

@@ -455,10 +455,12 @@ def test_demo_runs_its_workload_against_a_server_given_by_url() -> None:
             text=True,
             timeout=300,
         )
-        served = server.requests
+        served, url = server.requests, server.url
     assert done.returncode == 0, done.stderr
     assert len(served) >= 4
     assert {s.model for s in served} == {"my-model"}
     assert any(s.path.endswith("/chat/completions") for s in served)
     assert "Where the time went" in done.stdout
+    assert f"LLM calls through the openai SDK {openai.__version__} and the anthropic SDK " in done.stdout
+    assert f", against {url}, in " in done.stdout and "built-in simulator" not in done.stdout
     assert "the levers are measured against the simulator" in done.stdout

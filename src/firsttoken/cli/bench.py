@@ -34,6 +34,8 @@ APIS = ("openai", "anthropic")
 BUSY_WARNING = 0.5
 """Above this share of a core busy, a Python client's own CPU visibly delays what it measures."""
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+SDK_REQUIREMENT = {"openai": "openai>=3.0,<4", "anthropic": "anthropic>=2.0,<3"}
+"""What to install for each API: the same requirement as firsttoken's extra of that name."""
 _WORDS = [
     "able",
     "bird",
@@ -393,7 +395,7 @@ def _main(args: argparse.Namespace) -> int:
         try:
             __import__(api)
         except ImportError:
-            raise UsageError(f"the {api} SDK is not installed: pip install 'firsttoken[{api}]'") from None
+            raise UsageError(f"the {api} SDK is not installed: pip install '{SDK_REQUIREMENT[api]}'") from None
     requests = args.requests if args.duration is None else None
     if requests is None and args.duration is None:
         requests = 50

@@ -23,7 +23,7 @@ def _plotly_js() -> str:
     try:
         from plotly.offline import get_plotlyjs  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
-        raise ReportError("the HTML report needs plotly: pip install 'firsttoken[cli]'") from None
+        raise ReportError("the HTML report needs plotly: pip install 'plotly>=5.20' (firsttoken's cli extra)") from None
     return str(get_plotlyjs())
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextvars
+import importlib.util
 import os
 import random
 import sys
@@ -109,6 +110,7 @@ class _RealServer:
     def __init__(self, url: str, anthropic: bool) -> None:
         base = url.rstrip("/")
         root = base[: -len("/v1")] if base.endswith("/v1") else base
+        self.url = root
         self.openai_base_url = f"{root}/v1"
         self.anthropic_base_url = root if anthropic else None
 
@@ -132,6 +134,9 @@ class _Clients:
         openai_key = os.environ.get("OPENAI_API_KEY", OPENAI_KEY) if real else OPENAI_KEY
         self.openai = openai.OpenAI(base_url=sim.openai_base_url, api_key=openai_key, max_retries=2)
         self.anthropic: Any = None
+        where = f"against {sim.url}" if real else "against the built-in simulator"
+        #: What the report's title says the calls went through, and to what.
+        self.through = f"through the openai SDK {openai.__version__}, {where}"
         if sim.anthropic_base_url is None:
             return
         anthropic_key = os.environ.get("ANTHROPIC_API_KEY", ANTHROPIC_KEY) if real else ANTHROPIC_KEY
@@ -140,7 +145,10 @@ class _Clients:
 
             self.anthropic = anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key=anthropic_key, max_retries=2)
         except ImportError:
-            pass
+            return
+        self.through = (
+            f"through the openai SDK {openai.__version__} and the anthropic SDK {anthropic.__version__}, {where}"
+        )
 
     def close(self) -> None:
         self.openai.close()
@@ -346,11 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("actions", "concurrency", "interval"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name} must be positive, got {getattr(args, name)}")
-    try:
-        import openai
-    except ImportError:
+    if importlib.util.find_spec("openai") is None:
         print(
-            "firsttoken demo drives the official openai SDK, which is not installed: pip install 'firsttoken[openai]'",
+            "firsttoken demo drives the official openai SDK, which is not installed: "
+            "pip install 'openai>=3.0,<4' (firsttoken's openai extra)",
             file=sys.stderr,
         )
         return 2
@@ -370,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = _Progress()
     spans = telemetry.spans
     html_line = None
+    clients: _Clients | None = None
     try:
         server = _RealServer(args.server, args.server_anthropic) if args.server else None
         with server or Simulator(models=models, seed=args.seed) as sim:
@@ -398,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
                 with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
                     list(pool.map(run_one, range(args.actions)))
             progress.done()
-            print(_report(spans.get_finished_spans(), started, openai.__version__, notes=_notes(caught)), flush=True)
+            print(_report(spans.get_finished_spans(), started, clients.through, notes=_notes(caught)), flush=True)
             if args.html:  # before the levers, which clear the spans
                 html_line = write_spans_report(spans.get_finished_spans(), args.html, title="firsttoken demo")
             if not args.no_levers and server is not None:
@@ -413,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             clients.close()
     except KeyboardInterrupt:
         progress.done()
-        print(_report(spans.get_finished_spans(), started, openai.__version__), flush=True)
+        print(_report(spans.get_finished_spans(), started, clients.through if clients else ""), flush=True)
     finally:
         firsttoken.uninstrument()
     if html_line:
@@ -427,8 +435,6 @@ def _continuous(workload: _Workload, spans: Any, args: Any, started: float, prog
 
     The workers are daemon threads: on Ctrl-C the report and the bounded flush happen at once, and
     calls still in flight are abandoned with the process instead of holding it up."""
-    import openai
-
     stop = threading.Event()
 
     def worker() -> None:
@@ -447,7 +453,7 @@ def _continuous(workload: _Workload, spans: Any, args: Any, started: float, prog
             progress.done()
             now = time.perf_counter()
             print(
-                _report(spans.get_finished_spans(), window_start, openai.__version__, since_start=now - started),
+                _report(spans.get_finished_spans(), window_start, workload.clients.through, since_start=now - started),
                 flush=True,
             )
             spans.clear()
@@ -457,7 +463,7 @@ def _continuous(workload: _Workload, spans: Any, args: Any, started: float, prog
         progress.done()
         now = time.perf_counter()
         print(
-            _report(spans.get_finished_spans(), window_start, openai.__version__, since_start=now - started),
+            _report(spans.get_finished_spans(), window_start, workload.clients.through, since_start=now - started),
             flush=True,
         )
     finally:
@@ -467,7 +473,7 @@ def _continuous(workload: _Workload, spans: Any, args: Any, started: float, prog
 def _report(
     finished: Iterable[Any],
     window_start: float,
-    sdk_version: str,
+    through: str,
     *,
     since_start: float | None = None,
     notes: list[str] | None = None,
@@ -477,10 +483,7 @@ def _report(
     calls = sum(s.calls for s in stats.values())
     actions = [s for s in finished if s.attributes and sc.FT_ACTION_LLM_CALLS in s.attributes]
     elapsed = time.perf_counter() - window_start
-    what = (
-        f"{len(actions)} user actions, {calls} LLM calls through the openai SDK {sdk_version} and the anthropic SDK, "
-        "against the built-in simulator"
-    )
+    what = f"{len(actions)} user actions, {calls} LLM calls {through}"
     if since_start is None:
         title = f"firsttoken demo: {what}, in {elapsed:.1f} s"
     else:

@@ -90,7 +90,9 @@ class Simulator:
         self._cassettes = Cassettes(replay or [])
         self._ssl = ssl_context
         if http2 and not h2_available():
-            raise ImportError("Simulator(http2=True) needs the 'h2' package: pip install 'firsttoken[http2]'")
+            raise ImportError(
+                "Simulator(http2=True) needs the 'h2' package: pip install 'h2>=4,<5' (firsttoken's http2 extra)"
+            )
         self.http2 = ssl_context is not None and (http2 if http2 is not None else h2_available())
         if ssl_context is not None:
             ssl_context.set_alpn_protocols(["h2", "http/1.1"] if self.http2 else ["http/1.1"])

@@ -55,21 +55,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=_integer(minimum=0, maximum=65535), default=8000, help="0 = any free port (default: %(default)s)"
     )
     latency = parser.add_argument_group("latency model")
-    latency.add_argument("--queue-ms", type=_number(minimum=0), default=_DEFAULTS.queue_ms, help="time to headers")
+    latency.add_argument(
+        "--queue-ms", type=_number(minimum=0), default=_DEFAULTS.queue_ms, help="time to headers (default: %(default)s)"
+    )
     latency.add_argument(
         "--prefill-ms-per-1k",
         type=_number(minimum=0),
         default=_DEFAULTS.prefill_ms_per_1k_tokens,
-        help="prefill time per 1000 uncached input tokens",
+        help="prefill time per 1000 uncached input tokens (default: %(default)s)",
     )
     latency.add_argument(
-        "--decode-tps", type=_number(minimum=0, strict=True), default=_DEFAULTS.decode_tokens_per_s, help="tokens/s"
+        "--decode-tps",
+        type=_number(minimum=0, strict=True),
+        default=_DEFAULTS.decode_tokens_per_s,
+        help="tokens/s (default: %(default)s)",
     )
     latency.add_argument(
-        "--jitter", type=_number(minimum=0), default=_DEFAULTS.jitter, help="lognormal noise shape; 0 = exact"
+        "--jitter",
+        type=_number(minimum=0),
+        default=_DEFAULTS.jitter,
+        help="lognormal noise shape; 0 = exact (default: %(default)s)",
     )
     latency.add_argument(
-        "--output-tokens", type=_integer(minimum=0), default=_DEFAULTS.output_tokens, help="answer length"
+        "--output-tokens",
+        type=_integer(minimum=0),
+        default=_DEFAULTS.output_tokens,
+        help="answer length (default: %(default)s)",
     )
     parser.add_argument("--seed", type=int, default=None, help="make jitter, ids and text reproducible")
     parser.add_argument("--replay", nargs="+", metavar="PATH", default=[], help="VCR cassettes (files or dirs)")
