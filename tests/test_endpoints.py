@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import anthropic
 import openai
@@ -40,6 +40,7 @@ HOSTS = [
     ("my-resource.openai.azure.com", "azure.ai.openai"),
     ("my-resource.cognitiveservices.azure.com", "azure.ai.openai"),
     ("my-project.services.ai.azure.com", "azure.ai.inference"),
+    ("my-endpoint.eastus2.models.ai.azure.com", "azure.ai.inference"),
     ("api.groq.com", "groq"),
     ("api.cerebras.ai", "cerebras"),
     ("api.together.xyz", "together"),
@@ -49,9 +50,13 @@ HOSTS = [
     ("api.mistral.ai", "mistral_ai"),
     ("api.x.ai", "x_ai"),
     ("api.perplexity.ai", "perplexity"),
+    ("api.cohere.ai", "cohere"),
+    ("api.cohere.com", "cohere"),
+    ("api.moonshot.ai", "moonshot_ai"),
     ("generativelanguage.googleapis.com", "gcp.gemini"),
     ("us-central1-aiplatform.googleapis.com", "gcp.vertex_ai"),
     ("bedrock-runtime.us-east-1.amazonaws.com", "aws.bedrock"),
+    ("bedrock-mantle.us-east-1.api.aws", "aws.bedrock"),
     ("openrouter.ai", "openrouter"),
     ("api.portkey.ai", "portkey"),
     ("gateway.ai.cloudflare.com", "cloudflare.ai_gateway"),
@@ -132,8 +137,8 @@ def _to_simulator(sdk: ModuleType, url: str) -> Any:
 
 
 def _replay(cassette: Path, calls: int = 1, t: Telemetry | None = None) -> list[dict[str, Any]]:
-    """Replay a cassette's request ``calls`` times through the real SDK (anthropic for ``/v1/messages``, else
-    openai); the call spans' attributes.
+    """Replay a cassette's request ``calls`` times through the real SDK (anthropic for ``/v1/messages``, openai's
+    ``AzureOpenAI`` for a URL with an ``api-version``, else ``OpenAI``); the call spans' attributes.
 
     The client's base URL is the recorded one (``https://api.groq.com/openai/v1``, ``http://localhost:11434/v1``),
     so firsttoken sees the host the recording was made against; its transport carries the bytes to the simulator.
@@ -141,25 +146,37 @@ def _replay(cassette: Path, calls: int = 1, t: Telemetry | None = None) -> list[
     data = yaml.safe_load(cassette.read_text())
     request = data["interactions"][0]["request"]
     body = json.loads(request["body"])
-    messages_api = request["uri"].endswith("/v1/messages")  # Anthropic's; the rest are chat completions
-    base_url = request["uri"].rsplit("/v1/messages" if messages_api else "/chat/completions", 1)[0]
+    uri = urlsplit(request["uri"])
+    messages_api = uri.path.endswith("/v1/messages")  # Anthropic's; the rest are chat completions
+    base_url = request["uri"].split("?", 1)[0].rsplit("/v1/messages" if messages_api else "/chat/completions", 1)[0]
+    # Azure OpenAI's deployment URLs (``/openai/deployments/{name}/chat/completions?api-version=...``) go through
+    # the SDK's own AzureOpenAI client, which builds that path from the model and sends the api-version.
+    api_version = parse_qs(uri.query).get("api-version", [None])[0]
     t = t or Telemetry()
     assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
     try:
         with Simulator(replay=[cassette], latency=FAST) as sim:
             http_client = _to_simulator(anthropic if messages_api else openai, sim.url)
-            client: openai.OpenAI | anthropic.Anthropic
             for _ in range(calls):
                 if messages_api:
-                    client = anthropic.Anthropic(
+                    anthropic.Anthropic(
                         base_url=base_url, api_key="sk-test", max_retries=0, http_client=http_client
+                    ).messages.create(**body)
+                    continue
+                client: openai.OpenAI
+                if api_version:
+                    client = openai.AzureOpenAI(
+                        azure_endpoint=f"{uri.scheme}://{uri.netloc}",
+                        api_version=api_version,
+                        api_key="sk-test",
+                        max_retries=0,
+                        http_client=http_client,
                     )
-                    client.messages.create(**body)
                 else:
                     client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0, http_client=http_client)
-                    result = client.chat.completions.create(**body)
-                    if body.get("stream"):
-                        list(result)
+                result = client.chat.completions.create(**body)
+                if body.get("stream"):
+                    list(result)
             http_client.close()
     finally:
         firsttoken.uninstrument()
@@ -408,6 +425,8 @@ def test_provider_timing_in_recorded_bodies(cassette: str, provider: str, timing
         ("gemini_chat.yaml", "gcp.gemini"),
         ("openrouter_chat.yaml", "openrouter"),
         ("anthropic_messages.yaml", "anthropic"),
+        ("azure_openai_chat.yaml", "azure.ai.openai"),
+        ("bedrock_chat.yaml", "aws.bedrock"),
     ],
 )
 def test_recorded_responses_from_known_hosts_keep_the_host_name(cassette: str, provider: str) -> None:
@@ -418,6 +437,24 @@ def test_recorded_responses_from_known_hosts_keep_the_host_name(cassette: str, p
         assert attrs[sc.GEN_AI_RESPONSE_MODEL] == body["model"]
         usage = body["usage"]
         assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == usage.get("prompt_tokens", usage.get("input_tokens"))
+
+
+def test_azure_stream_opens_with_a_filter_chunk_that_is_not_the_first_token() -> None:
+    """Recorded from Azure OpenAI: a stream opens with ``prompt_filter_results``, no choices and ``model: ""``.
+
+    That chunk is neither the first token nor the response model; the usage chunk's counts are the call's.
+    """
+    cassette = RECORDINGS / "azure_openai_chat_stream.yaml"
+    body = yaml.safe_load(cassette.read_text())["interactions"][0]["response"]["body"]["string"]
+    first = json.loads(body.split("\n", 1)[0][len("data: ") :])
+    assert (first["choices"], first["model"]) == ([], "") and "prompt_filter_results" in first
+    last = _last_sse_chunk(cassette)
+    for attrs in _replay(cassette, calls=2):
+        assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == ("azure.ai.openai", "host")
+        assert attrs[sc.GEN_AI_RESPONSE_MODEL] == last["model"] == "gpt-4o-mini-2024-07-18"
+        assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == last["usage"]["prompt_tokens"]
+        assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == last["usage"]["completion_tokens"]
+        assert attrs[sc.FT_TIME_TO_FIRST_TOKEN] > attrs[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK]
 
 
 def test_openai_processing_header_is_server_timing() -> None:

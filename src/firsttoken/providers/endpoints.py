@@ -62,6 +62,7 @@ KNOWN_SUFFIXES: tuple[tuple[str, str], ...] = (
     (".models.ai.azure.com", "azure.ai.inference"),
     ("aiplatform.googleapis.com", "gcp.vertex_ai"),
     (".amazonaws.com", "aws.bedrock"),
+    (".api.aws", "aws.bedrock"),  # bedrock-mantle.{region}.api.aws: Bedrock's OpenAI-compatible endpoint
 )
 
 GATEWAYS = frozenset({"openrouter", "litellm", "portkey", "cloudflare.ai_gateway"})
