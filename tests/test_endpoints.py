@@ -427,16 +427,31 @@ def test_provider_timing_in_recorded_bodies(cassette: str, provider: str, timing
         ("anthropic_messages.yaml", "anthropic"),
         ("azure_openai_chat.yaml", "azure.ai.openai"),
         ("bedrock_chat.yaml", "aws.bedrock"),
+        ("together_chat.yaml", "together"),
+        ("together_chat_stream.yaml", "together"),
+        ("fireworks_chat.yaml", "fireworks"),
+        ("fireworks_chat_stream.yaml", "fireworks"),
+        ("xai_chat.yaml", "x_ai"),
+        ("xai_chat_stream.yaml", "x_ai"),
+        ("perplexity_chat.yaml", "perplexity"),
+        ("perplexity_chat_stream.yaml", "perplexity"),
+        ("cohere_chat.yaml", "cohere"),
+        ("cohere_chat_stream.yaml", "cohere"),
     ],
 )
 def test_recorded_responses_from_known_hosts_keep_the_host_name(cassette: str, provider: str) -> None:
-    """A host row decides, and the recorded response, replayed twice, changes nothing (or nothing but timing)."""
-    body, _ = _recorded(RECORDINGS / cassette)
+    """A host row decides, and the recorded response, replayed twice, changes nothing (or nothing but timing).
+
+    Streams are checked against their last chunk, which carries the model and the usage.
+    """
+    stream = "stream" in cassette
+    body = _last_sse_chunk(RECORDINGS / cassette) if stream else _recorded(RECORDINGS / cassette)[0]
     for attrs in _replay(RECORDINGS / cassette, calls=2):
         assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == (provider, "host")
         assert attrs[sc.GEN_AI_RESPONSE_MODEL] == body["model"]
         usage = body["usage"]
         assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == usage.get("prompt_tokens", usage.get("input_tokens"))
+        assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == usage.get("completion_tokens", usage.get("output_tokens"))
 
 
 def test_azure_stream_opens_with_a_filter_chunk_that_is_not_the_first_token() -> None:
