@@ -138,7 +138,7 @@ def _to_simulator(sdk: ModuleType, url: str) -> Any:
 
 def _replay(cassette: Path, calls: int = 1, t: Telemetry | None = None) -> list[dict[str, Any]]:
     """Replay a cassette's request ``calls`` times through the real SDK (anthropic for ``/v1/messages``, openai's
-    ``AzureOpenAI`` for a URL with an ``api-version``, else ``OpenAI``); the call spans' attributes.
+    ``AzureOpenAI`` for an Azure OpenAI deployment URL, else ``OpenAI``); the call spans' attributes.
 
     The client's base URL is the recorded one (``https://api.groq.com/openai/v1``, ``http://localhost:11434/v1``),
     so firsttoken sees the host the recording was made against; its transport carries the bytes to the simulator.
@@ -150,8 +150,10 @@ def _replay(cassette: Path, calls: int = 1, t: Telemetry | None = None) -> list[
     messages_api = uri.path.endswith("/v1/messages")  # Anthropic's; the rest are chat completions
     base_url = request["uri"].split("?", 1)[0].rsplit("/v1/messages" if messages_api else "/chat/completions", 1)[0]
     # Azure OpenAI's deployment URLs (``/openai/deployments/{name}/chat/completions?api-version=...``) go through
-    # the SDK's own AzureOpenAI client, which builds that path from the model and sends the api-version.
-    api_version = parse_qs(uri.query).get("api-version", [None])[0]
+    # the SDK's own AzureOpenAI client, which builds that path from the model and sends the api-version; other
+    # URLs with a query (Azure AI's ``/chat/completions?api-version=...``) through OpenAI with that query.
+    query = {name: values[0] for name, values in parse_qs(uri.query).items()}
+    deployments = "/openai/deployments/" in uri.path
     t = t or Telemetry()
     assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
     try:
@@ -164,16 +166,22 @@ def _replay(cassette: Path, calls: int = 1, t: Telemetry | None = None) -> list[
                     ).messages.create(**body)
                     continue
                 client: openai.OpenAI
-                if api_version:
+                if deployments:
                     client = openai.AzureOpenAI(
                         azure_endpoint=f"{uri.scheme}://{uri.netloc}",
-                        api_version=api_version,
+                        api_version=query["api-version"],
                         api_key="sk-test",
                         max_retries=0,
                         http_client=http_client,
                     )
                 else:
-                    client = openai.OpenAI(base_url=base_url, api_key="sk-test", max_retries=0, http_client=http_client)
+                    client = openai.OpenAI(
+                        base_url=base_url,
+                        api_key="sk-test",
+                        max_retries=0,
+                        http_client=http_client,
+                        default_query=query or None,
+                    )
                 result = client.chat.completions.create(**body)
                 if body.get("stream"):
                     list(result)
@@ -428,6 +436,7 @@ def test_provider_timing_in_recorded_bodies(cassette: str, provider: str, timing
         ("anthropic_openai_chat.yaml", "anthropic"),
         ("azure_openai_chat.yaml", "azure.ai.openai"),
         ("azure_openai_v1_chat.yaml", "azure.ai.openai"),
+        ("azure_ai_inference_chat.yaml", "azure.ai.inference"),
         ("bedrock_chat.yaml", "aws.bedrock"),
         ("together_chat.yaml", "together"),
         ("together_chat_stream.yaml", "together"),
