@@ -400,6 +400,20 @@ def test_litellm_headers_name_the_gateway_and_its_upstream() -> None:
 
 
 @pytest.mark.parametrize(
+    ("cassette", "source"),
+    [("portkey_chat_shaped.yaml", "host"), ("portkey_self_hosted_chat_shaped.yaml", "response")],
+)
+def test_portkey_names_the_upstream_in_a_header(cassette: str, source: str) -> None:
+    """Shaped from Portkey's gateway source (no public recording found): ``x-portkey-provider`` is the upstream,
+    through Portkey's provider names; the header also names a self-hosted Portkey gateway."""
+    _, headers = _recorded(RECORDINGS / cassette)
+    assert headers["x-portkey-provider"] == "azure-openai"
+    for attrs in _replay(RECORDINGS / cassette, calls=2):
+        assert (attrs[sc.GEN_AI_PROVIDER_NAME], attrs[sc.FT_PROVIDER_SOURCE]) == ("portkey", source)
+        assert attrs[sc.FT_UPSTREAM_PROVIDER] == "azure.ai.openai"
+
+
+@pytest.mark.parametrize(
     ("cassette", "provider", "timing", "source"),
     [
         ("groq_chat.yaml", "groq", ("usage",), "groq"),

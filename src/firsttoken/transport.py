@@ -109,6 +109,7 @@ _HEADERS: dict[bytes, tuple[str, Callable[[str], Any]]] = {
     b"x-compute-type": (HINT, _text),
     b"x-litellm-model-api-base": (HINT, _text),
     b"x-litellm-model-id": (HINT, _text),
+    b"x-portkey-provider": (HINT, _text),
 }
 # Server-reported phases among those headers: attribute -> (phase of the server-timing metric, source).
 _PHASES: dict[str, tuple[str, str | None]] = {

@@ -8,9 +8,10 @@ order, and recorded with where it came from (``firsttoken.provider.source``):
    :data:`KNOWN_SUFFIXES`), with the GenAI conventions' well-known values where they have one;
 3. ``response``: for any other host (loopback, private, a self-hosted server behind a public
    name), evidence in the response that names the server software: llama.cpp's ``Server:
-   llama.cpp`` header and ``timings`` field, TGI's ``x-compute-type`` header, Ollama's
-   ``system_fingerprint: fp_ollama``, vLLM's ``kv_transfer_params``/``prompt_logprobs`` fields,
-   SGLang's ``matched_stop`` (see docs/providers.md for where each was verified);
+   llama.cpp`` header and ``timings`` field, TGI's ``x-compute-type`` header, LiteLLM's and
+   Portkey's gateway headers, Ollama's ``system_fingerprint: fp_ollama``, vLLM's
+   ``kv_transfer_params``/``prompt_logprobs`` fields, SGLang's ``matched_stop`` (see
+   docs/providers.md for where each was verified);
 4. ``sdk``: the SDK's own name (``openai`` or ``anthropic``) when nothing above says otherwise.
 
 An endpoint is resolved once per SDK client (its base URL); what a response teaches is kept on the
@@ -80,6 +81,7 @@ SGLANG = "sglang"
 OLLAMA = "ollama"
 TGI = "tgi"
 LITELLM = "litellm"
+PORTKEY = "portkey"
 
 
 def is_private(host: str) -> bool:
@@ -200,6 +202,8 @@ def _software_in_headers(hints: Mapping[str, str]) -> str | None:
         return TGI
     if "x-litellm-model-id" in hints or "x-litellm-model-api-base" in hints:
         return LITELLM
+    if "x-portkey-provider" in hints:  # Portkey's gateway, self-hosted (its hosted one is a known host)
+        return PORTKEY
     return None
 
 
@@ -249,7 +253,7 @@ def refine(tl: Timeline, obj: Any = None) -> None:
     found = (_software_in_headers(hints) if hints else None) or _software_in_body(obj)
     if found is None:
         return
-    if found == LITELLM:
+    if found in (LITELLM, PORTKEY):
         endpoint.gateway = True
         _upstream(tl, endpoint, obj, hints)
     endpoint.learn(found)
@@ -269,9 +273,28 @@ def _upstream(tl: Timeline, endpoint: Endpoint, obj: Any, hints: Mapping[str, st
         if api_base:
             host = api_base.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
             upstream = provider_of_host(host) or (SELF_HOSTED if is_private(host) else host)
+    if upstream is None and hints:
+        named = hints.get("x-portkey-provider")  # Portkey: the provider of the target that served
+        if named:
+            upstream = _PORTKEY_PROVIDERS.get(named, named)
     if upstream:
         tl.extra[sc.FT_UPSTREAM_PROVIDER] = upstream
 
+
+# Portkey's provider names (its gateway's src/globals.ts) whose GenAI name differs.
+_PORTKEY_PROVIDERS = {
+    "azure-openai": "azure.ai.openai",
+    "azure-ai": "azure.ai.inference",
+    "bedrock": "aws.bedrock",
+    "google": "gcp.gemini",
+    "vertex-ai": "gcp.vertex_ai",
+    "mistral-ai": "mistral_ai",
+    "perplexity-ai": "perplexity",
+    "together-ai": "together",
+    "fireworks-ai": "fireworks",
+    "x-ai": "x_ai",
+    "moonshot": "moonshot_ai",
+}
 
 SELF_HOSTED = "self_hosted"
 """The upstream of a gateway when its api base is a private host: some self-hosted server."""
