@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from operator import itemgetter
 from typing import Any
 
 from opentelemetry import trace
@@ -24,6 +25,8 @@ from .config import PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, Settings
 from .timeline import STREAM_TEXT_KEY, Timeline, is_cancellation, turn_bucket
 
 log = logging.getLogger("firsttoken")
+
+_AT = itemgetter(0)
 
 _MAX_SERIES = 1024
 """Attribute sets kept for reuse; past that the cache starts over (it only saves building them)."""
@@ -435,7 +438,7 @@ class Recorder:
             cuts.append((tl.first_token_ns, sc.PHASE_WAIT_FIRST_TOKEN))
         if tl.last_token_ns is not None and tl.last_token_ns != tl.first_token_ns:
             cuts.append((tl.last_token_ns, sc.PHASE_DECODE))
-        cuts.sort(key=lambda c: c[0])
+        cuts.sort(key=_AT)  # by time only: cuts at the same moment keep the order they were made in
         cuts.append((end_ns, sc.PHASE_FINISH))
         out: list[tuple[int, int, str]] = []
         at = tl.start_ns

@@ -192,7 +192,8 @@ class Timeline:
         return latest
 
     def output_token(self, now_ns: int) -> None:
-        """A streamed item carrying generated output arrived (every provider's observer calls this)."""
+        """A streamed item carrying generated output arrived (every provider's observer calls this,
+        or, on its per-chunk fast path, does the same three writes itself)."""
         if self.first_token_ns is None:
             self.first_token_ns = now_ns
         self.last_token_ns = now_ns

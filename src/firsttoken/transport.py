@@ -182,6 +182,8 @@ _STEPS = frozenset(
     }
 )
 _events: dict[str, tuple[str, str] | None] = {}
+_UNSEEN: Any = ("", "")
+"""``_events.get`` default: an event not worked out yet (``on_event`` does it)."""
 
 
 def _meaning(event: str) -> tuple[str, str] | None:
@@ -199,8 +201,12 @@ def _meaning(event: str) -> tuple[str, str] | None:
 def on_event(tl: Timeline, event: str, info: dict[str, Any]) -> None:
     """One httpcore trace event of one of the call's requests -> cuts and facts."""
     meaning = _meaning(event)
-    if meaning is None:
-        return
+    if meaning is not None:
+        on_step(tl, meaning, info)
+
+
+def on_step(tl: Timeline, meaning: tuple[str, str], info: dict[str, Any]) -> None:
+    """An httpcore event that means something to a call (``_meaning``) -> cuts and facts."""
     now = time.perf_counter_ns()
     kind, step = meaning
     if kind == "connect_tcp" or kind == "connect_unix_socket":
@@ -236,10 +242,16 @@ def on_event(tl: Timeline, event: str, info: dict[str, Any]) -> None:
 
 def _sync_tracer(tl: Timeline, chained: Callable[[str, dict[str, Any]], Any] | None) -> Callable[..., Any]:
     def trace(event: str, info: dict[str, Any]) -> Any:
-        try:
-            on_event(tl, event, info)
-        except Exception:  # a trace callback must never raise: it would fail the request
-            log.debug("firsttoken: trace event %s failed", event, exc_info=True)
+        # Half of a request's events mean nothing to the call: those cost a dict lookup only.
+        meaning = _events.get(event, _UNSEEN)
+        if meaning is not None:
+            try:
+                if meaning is _UNSEEN:
+                    on_event(tl, event, info)
+                else:
+                    on_step(tl, meaning, info)
+            except Exception:  # a trace callback must never raise: it would fail the request
+                log.debug("firsttoken: trace event %s failed", event, exc_info=True)
         return chained(event, info) if chained is not None else None
 
     trace._firsttoken = True  # type: ignore[attr-defined]
@@ -250,10 +262,15 @@ def _async_tracer(
     tl: Timeline, chained: Callable[[str, dict[str, Any]], Awaitable[Any]] | None
 ) -> Callable[..., Awaitable[Any]]:
     async def trace(event: str, info: dict[str, Any]) -> Any:
-        try:
-            on_event(tl, event, info)
-        except Exception:
-            log.debug("firsttoken: trace event %s failed", event, exc_info=True)
+        meaning = _events.get(event, _UNSEEN)
+        if meaning is not None:
+            try:
+                if meaning is _UNSEEN:
+                    on_event(tl, event, info)
+                else:
+                    on_step(tl, meaning, info)
+            except Exception:
+                log.debug("firsttoken: trace event %s failed", event, exc_info=True)
         return await chained(event, info) if chained is not None else None
 
     trace._firsttoken = True  # type: ignore[attr-defined]

@@ -40,13 +40,43 @@ def server_of(base_url: Any) -> tuple[str | None, int | None]:
     return host, port
 
 
+_MISSING = object()
+_FIELD_READS: dict[tuple[type, str], bool] = {}
+"""(model class, name) -> whether the name is read from the instance's fields and extras alone."""
+
+
+def _fields_only(cls: type, name: str) -> bool:
+    """Whether ``name`` on instances of ``cls`` is a pydantic 2 field or extra and nothing else: then
+    a value missing from the instance is missing, and ``getattr`` would only raise (through
+    pydantic's ``__getattr__``, ≈ 2 µs) to say so. Worked out once per class and name."""
+    key = (cls, name)
+    known = _FIELD_READS.get(key)
+    if known is None:
+        known = isinstance(getattr(cls, "model_extra", None), property) and not hasattr(cls, name)
+        if len(_FIELD_READS) >= 4096:  # classes made per call: start over rather than grow
+            _FIELD_READS.clear()
+        _FIELD_READS[key] = known
+    return known
+
+
 def get(obj: Any, name: str) -> Any:
     """Attribute of an SDK model or key of the same object as a plain dict (raw responses)."""
     if obj is None:
         return None
-    if isinstance(obj, Mapping):
+    if isinstance(obj, dict):  # a raw response's JSON
         return obj.get(name)
-    return getattr(obj, name, None)
+    fields = getattr(obj, "__dict__", None)
+    if fields is not None:
+        value = fields.get(name, _MISSING)
+        if value is not _MISSING:
+            return value  # a field the response had
+        if _fields_only(type(obj), name):  # a field it lacked, or a name the model does not know
+            extra = obj.model_extra
+            return None if extra is None else extra.get(name)
+    value = getattr(obj, name, _MISSING)
+    if value is not _MISSING:
+        return value
+    return obj.get(name) if isinstance(obj, Mapping) else None
 
 
 def to_json(value: Any) -> str:

@@ -156,7 +156,7 @@ class CallHooks:
                 # the response ends the call, and so does dropping the stream.
                 common.own_stream(tl, result, None)
                 return
-            http = getattr(result, "http_response", None)
+            http = common.get(result, "http_response")  # no AttributeError raised by a model per call
             if http is not None:  # with_raw_response / with_streaming_response
                 register_response(http, tl)
                 if not http.is_closed:

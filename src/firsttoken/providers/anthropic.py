@@ -151,7 +151,11 @@ def observe_event(tl: Timeline, event: Any, now: int) -> None:
     if kind == "content_block_delta":
         delta = event.delta
         if delta.type in _CONTENT_DELTAS:
-            tl.output_token(now)
+            # Timeline.output_token, written out: this runs for nearly every event.
+            if tl.first_token_ns is None:
+                tl.first_token_ns = now
+            tl.last_token_ns = now
+            tl.token_chunk_count += 1
             if tl.capture is not None and delta.type == "text_delta":
                 common.append_output(tl, delta.text)
     elif kind == "message_start":

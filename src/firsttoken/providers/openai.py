@@ -254,7 +254,11 @@ def observe_chat_chunk(tl: Timeline, chunk: Any, now: int) -> None:
         choice = choices[0]
         delta = choice.delta
         if choice.finish_reason is None and delta is not None and delta.content:
-            tl.output_token(now)
+            # Timeline.output_token, written out: this runs for nearly every chunk.
+            if tl.first_token_ns is None:
+                tl.first_token_ns = now
+            tl.last_token_ns = now
+            tl.token_chunk_count += 1
             return
     final = not choices
     if choices:
