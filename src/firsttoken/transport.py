@@ -240,18 +240,24 @@ def on_step(tl: Timeline, meaning: tuple[str, str], info: dict[str, Any]) -> Non
         tl.headers_ns = now
 
 
+def _observe(tl: Timeline, event: str, meaning: tuple[str, str], info: dict[str, Any]) -> None:
+    """What both tracers do with an event that may mean something (``_UNSEEN``: not worked out yet).
+    Never raises: an exception in a trace callback would fail the app's request."""
+    try:
+        if meaning is _UNSEEN:
+            on_event(tl, event, info)
+        else:
+            on_step(tl, meaning, info)
+    except Exception:
+        log.debug("firsttoken: trace event %s failed", event, exc_info=True)
+
+
 def _sync_tracer(tl: Timeline, chained: Callable[[str, dict[str, Any]], Any] | None) -> Callable[..., Any]:
     def trace(event: str, info: dict[str, Any]) -> Any:
         # Half of a request's events mean nothing to the call: those cost a dict lookup only.
         meaning = _events.get(event, _UNSEEN)
         if meaning is not None:
-            try:
-                if meaning is _UNSEEN:
-                    on_event(tl, event, info)
-                else:
-                    on_step(tl, meaning, info)
-            except Exception:  # a trace callback must never raise: it would fail the request
-                log.debug("firsttoken: trace event %s failed", event, exc_info=True)
+            _observe(tl, event, meaning, info)
         return chained(event, info) if chained is not None else None
 
     trace._firsttoken = True  # type: ignore[attr-defined]
@@ -264,13 +270,7 @@ def _async_tracer(
     async def trace(event: str, info: dict[str, Any]) -> Any:
         meaning = _events.get(event, _UNSEEN)
         if meaning is not None:
-            try:
-                if meaning is _UNSEEN:
-                    on_event(tl, event, info)
-                else:
-                    on_step(tl, meaning, info)
-            except Exception:
-                log.debug("firsttoken: trace event %s failed", event, exc_info=True)
+            _observe(tl, event, meaning, info)
         return await chained(event, info) if chained is not None else None
 
     trace._firsttoken = True  # type: ignore[attr-defined]
