@@ -15,6 +15,7 @@ import gc
 import logging
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -122,13 +123,38 @@ def firsttoken_logs(caplog: pytest.LogCaptureFixture) -> str:
     may see prompts, as any LLM server does, so its own records are not the instrumentation's."""
     out = []
     for record in caplog.records:
-        ours = record.name.startswith(("firsttoken", "opentelemetry")) or "/firsttoken/" in record.pathname
-        if ours and "/firsttoken/sim/" not in record.pathname:
+        if is_firsttokens(record.name, record.pathname):
             text = record.getMessage()
             if record.exc_info:
                 text += logging.Formatter().formatException(record.exc_info)
             out.append(text)
     return "\n".join(out)
+
+
+PACKAGE_DIR = Path(firsttoken.__file__).resolve().parent
+SIM_DIR = PACKAGE_DIR / "sim"
+
+
+def is_firsttokens(logger: str, pathname: str) -> bool:
+    """A record is the instrumentation's when its logger is firsttoken's or OpenTelemetry's, or when the code that
+    logged it lives in firsttoken's own package directory (not the simulator's). A path merely containing
+    `/firsttoken/` is not enough: in a clone named `firsttoken`, every package of its `.venv` has one."""
+    path = Path(pathname).resolve()
+    if path.is_relative_to(SIM_DIR) or logger.startswith("firsttoken.sim"):
+        return False
+    return logger.startswith(("firsttoken", "opentelemetry")) or path.is_relative_to(PACKAGE_DIR)
+
+
+def test_records_are_ours_by_logger_and_package_not_by_path_substring(tmp_path: Path) -> None:
+    """The SDKs' own DEBUG records (anthropic's "Request options" holds the prompt) are not firsttoken's, even
+    from a `.venv` inside a folder named `firsttoken`, as `git clone` of this repository makes."""
+    venv = tmp_path / "firsttoken" / ".venv" / "lib" / "python3.11" / "site-packages"
+    assert not is_firsttokens("anthropic._base_client", str(venv / "anthropic" / "_base_client.py"))
+    assert not is_firsttokens("httpx", str(venv / "httpx" / "_client.py"))
+    assert is_firsttokens("firsttoken.recorder", str(venv / "anything.py"))
+    assert is_firsttokens("opentelemetry.sdk.trace", str(venv / "opentelemetry" / "sdk" / "trace" / "__init__.py"))
+    assert is_firsttokens("some.logger", str(PACKAGE_DIR / "recorder.py"))
+    assert not is_firsttokens("firsttoken.sim", str(SIM_DIR / "_server.py"))
 
 
 def found(text: str, secrets: tuple[str, ...]) -> list[str]:
