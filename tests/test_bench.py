@@ -14,9 +14,11 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,10 +37,15 @@ SLACK_MS = 60.0
 QUEUE_MS, PREFILL_MS_PER_1K, DECODE_TPS, OUTPUT = 100.0, 100.0, 100.0, 20
 
 
-def run_bench(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def bench_env(env: dict[str, str] | None = None) -> dict[str, str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_", "ANTHROPIC_"))}
     full_env.update({"OPENAI_API_KEY": "sk-bench-test", "ANTHROPIC_API_KEY": "sk-ant-bench-test"})
     full_env.update(env or {})
+    return full_env
+
+
+def run_bench(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    full_env = bench_env(env)
     return subprocess.run(
         [sys.executable, "-m", "firsttoken.cli", "bench", *args],
         capture_output=True,
@@ -187,6 +194,62 @@ def test_a_shared_prefix_is_cached_and_a_unique_one_is_not(sim: Simulator, tmp_p
         ratios[mode] = json.loads(out.read_text())["summaries"]["steady"]["cache_hit_ratio"]
     assert ratios["unique"] == 0
     assert ratios["shared"] > 0.8  # the 2048-token prefix of every ~2250-token prompt, after the warm-up
+
+
+# -- stopped midway ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sig", "load"),
+    [(signal.SIGINT, ["--concurrency", "2"]), (signal.SIGTERM, ["--rate", "6"])],
+    ids=["sigint-closed-loop", "sigterm-open-loop"],
+)
+def test_a_signal_stops_the_run_and_every_finished_request_is_written(
+    sim: Simulator, tmp_path: Path, sig: signal.Signals, load: list[str]
+) -> None:
+    """Ctrl-C (SIGINT) or SIGTERM mid-run: bench stops at once, writes what finished, says so, and
+    exits 128 + the signal's number. 500 requests of ~0.32 s each would take minutes."""
+    out = tmp_path / "stopped"
+    before = sum(1 for q in sim.requests if q.model == "steady")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "firsttoken.cli", "bench", "--base-url", sim.openai_base_url, "--model", "steady",
+         "--requests", "500", *load, "--warmup", "1", "--out", str(out), "--no-progress"],
+        env=bench_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while sum(1 for q in sim.requests if q.model == "steady") - before < 6:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the simulator served too few requests in 120 s"
+            time.sleep(0.05)
+        served = sum(1 for q in sim.requests if q.model == "steady") - before
+        proc.send_signal(sig)
+        stopped_at = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Stopping cancels what is in flight instead of waiting for it (a request takes ~0.32 s; the
+    # rest is the clients' close and the report, generous on a busy machine).
+    assert time.monotonic() - stopped_at < 20
+    assert proc.returncode == 128 + sig, (proc.returncode, stderr)
+    assert "Traceback" not in stderr, stderr
+    doc = json.loads(out.with_suffix(".json").read_text())
+    requests = doc["requests"]
+    # What the simulator had finished when the signal went is on file, except at most the requests
+    # in flight whose last bytes were on the way (2 at concurrency 2; a handful in the open loop).
+    assert served - 4 <= len(requests) < 500, (served, len(requests))
+    assert all(r["ok"] and r["e2e_s"] > 0 for r in requests), requests
+    measured = [r for r in requests if not r["warmup"]]
+    assert doc["summaries"]["steady"]["n"] == len(measured) > 0
+    assert doc["summaries"]["steady"]["quantiles"]["ttft_s"]["n"] == len(measured)
+    assert doc["error"].startswith(f"interrupted by {sig.name}: {len(requests)} requests finished"), doc["error"]
+    assert len(list(csv.DictReader(out.with_suffix(".csv").open()))) == len(requests)
+    assert f"interrupted by {sig.name}" in out.with_suffix(".html").read_text()
+    assert f"{len(measured)} measured requests" in stdout
+    line = f"firsttoken bench: interrupted by {sig.name}: {len(requests)} requests finished"
+    (said,) = [x for x in stderr.splitlines() if x.startswith(line)]
+    assert said.endswith(f"they are in {out}.json, {out}.csv, {out}.html"), said
 
 
 # -- bad input --------------------------------------------------------------------------------

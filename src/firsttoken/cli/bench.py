@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -82,6 +83,18 @@ _WORDS = [
 
 class UsageError(Exception):
     """Bad flags or input files: reported with exit status 2."""
+
+
+class Stop:
+    """How a run was stopped from outside: the signal's name (SIGINT for Ctrl-C, SIGTERM), or None."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    @property
+    def status(self) -> int:
+        """The shell's convention for a process ended by a signal: 128 + its number."""
+        return 128 + int(getattr(signal, self.signal or "SIGINT"))
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:
@@ -360,6 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"firsttoken bench: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # outside the run, whose own Ctrl-C handling keeps what it measured
+        print("firsttoken bench: interrupted", file=sys.stderr)
+        return 130
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -425,13 +441,14 @@ def _main(args: argparse.Namespace) -> int:
     clock = (time.process_time(), time.perf_counter())
     show = sys.stderr.isatty() if args.progress is None else args.progress
     progress = Progress(plan.total, show, args.duration)
-    runner: Runner | None = None
+    # The runner is kept as soon as it exists, so that a run stopped midway still has its samples.
+    box: list[Runner] = []
+    stop = Stop()
     fatal: str | None = None
-    interrupted = False
     try:
-        runner, fatal = asyncio.run(_run(args, targets, keys, prompts, collector, plan, race, progress, concurrency))
-    except KeyboardInterrupt:
-        interrupted = True
+        fatal = asyncio.run(_run(args, targets, keys, prompts, collector, plan, race, progress, concurrency, box, stop))
+    except KeyboardInterrupt:  # Ctrl-C outside the run's own handler (while starting or closing)
+        stop.signal = stop.signal or "SIGINT"
     finally:
         progress.close()
         import firsttoken
@@ -441,12 +458,15 @@ def _main(args: argparse.Namespace) -> int:
         shutdown = getattr(meter_provider, "shutdown", None)
         if shutdown is not None:
             shutdown()  # a last export of the metrics
-    samples = runner.samples if runner is not None else []
-    if interrupted:
-        fatal = "interrupted"
+    samples = list(box[0].samples) if box else []
+    if stop.signal is not None:
+        cancelled = box[0].cancelled if box else 0
+        fatal = f"interrupted by {stop.signal}: {len(samples)} requests finished" + (
+            f", {cancelled} in flight cancelled (not kept)" if cancelled else ""
+        )
     cpu_s, wall_s = time.process_time() - clock[0], time.perf_counter() - clock[1]
     client = {"cpu_s": cpu_s, "wall_s": wall_s, "busy_share": cpu_s / wall_s if wall_s > 0 else None}
-    return _report(args, targets, lanes, race, samples, fatal, started_wall, concurrency, client)
+    return _report(args, targets, lanes, race, samples, fatal, started_wall, concurrency, client, stop)
 
 
 async def _run(
@@ -459,7 +479,11 @@ async def _run(
     race: tuple[str, list[str], str] | None,
     progress: Progress,
     concurrency: int | None,
-) -> tuple[Runner, str | None]:
+    box: list[Runner],
+    stop: Stop,
+) -> str | None:
+    """Run the plan; the fatal error that stopped it, if any. SIGINT (Ctrl-C) and SIGTERM stop it
+    too: no new request starts, those in flight are cancelled, and what finished is kept."""
     clients = Clients(list(targets.values()), keys, timeout=args.timeout, max_retries=args.max_retries)
     runner = Runner(
         targets=targets,
@@ -472,6 +496,23 @@ async def _run(
         progress=progress,
         unique_prefix=args.prefix == "unique",
     )
+    box.append(runner)
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+
+    def on_signal(name: str) -> None:
+        if stop.signal is None:
+            stop.signal = name
+            main.cancel()
+
+    handled = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig.name)
+            handled.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+            pass
     deadline = None
     jobs = plan.jobs()
     try:
@@ -484,9 +525,17 @@ async def _run(
             await runner.closed_loop(jobs, concurrency, deadline)
         else:
             await runner.open_loop(jobs, args.rate, deadline, args.seed)
+    except asyncio.CancelledError:
+        if stop.signal is None:
+            raise
+        uncancel = getattr(main, "uncancel", None)  # Python 3.11+: the stop is handled here
+        if uncancel is not None:
+            uncancel()
     finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
         await clients.close()
-    return runner, (str(runner.fatal) if runner.fatal is not None else None)
+    return str(runner.fatal) if runner.fatal is not None else None
 
 
 def _report(
@@ -499,6 +548,7 @@ def _report(
     started_wall: float,
     concurrency: int | None,
     client: dict[str, Any],
+    stop: Stop,
 ) -> int:
     by_target: dict[str, list[Sample]] = {lane: [] for lane in lanes}
     for s in sorted(samples, key=lambda s: s.seq):
@@ -572,6 +622,14 @@ def _report(
         return 1
     if written:
         print("wrote " + ", ".join(written))
+    if stop.signal is not None:
+        where = (
+            "they are in " + ", ".join(written)
+            if written
+            else "no output file was asked for (--out PREFIX, --json, --csv or --html keep them)"
+        )
+        print(f"firsttoken bench: {fatal}; {where}", file=sys.stderr)
+        return stop.status
     if fatal is not None:
         print(f"firsttoken bench: error: {fatal}", file=sys.stderr)
         if written:

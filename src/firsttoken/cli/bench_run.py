@@ -309,6 +309,8 @@ class Runner:
         self.progress = progress
         self.samples: list[Sample] = []
         self.fatal: BaseException | None = None
+        self.cancelled = 0
+        """Requests in flight when the run was stopped (cancelled, so not in :attr:`samples`)."""
         self.run_start_ns = time.time_ns()
         self._run_start_perf = time.perf_counter()
         self.successes: dict[str, int] = {}
@@ -339,6 +341,7 @@ class Runner:
                 else:
                     await consume(await self._factory(job.target, prompt)())
             except asyncio.CancelledError:
+                self.cancelled += 1  # stopped mid-call (Ctrl-C): not a finished request, not kept
                 raise
             except Exception as e:
                 exc = e
@@ -431,18 +434,25 @@ class Runner:
         tasks: set[asyncio.Task[None]] = set()
         start = time.perf_counter()
         due = start
-        for job in jobs:
-            if self.fatal is not None or (deadline is not None and due >= deadline):
-                break
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            task = asyncio.ensure_future(self.one(job, scheduled_s=due - self._run_start_perf))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-            due += rng.expovariate(rate)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            for job in jobs:
+                if self.fatal is not None or (deadline is not None and due >= deadline):
+                    break
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                task = asyncio.ensure_future(self.one(job, scheduled_s=due - self._run_start_perf))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                due += rng.expovariate(rate)
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        except asyncio.CancelledError:  # stopped (Ctrl-C): the requests in flight are cancelled too
+            pending = list(tasks)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise
 
 
 __all__ = [
