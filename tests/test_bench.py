@@ -258,6 +258,8 @@ def test_a_signal_stops_the_run_and_every_finished_request_is_written(
 def test_impossible_flags_and_bad_files_get_one_clear_message(tmp_path: Path) -> None:
     bad = tmp_path / "prompts.jsonl"
     bad.write_text('[{"role": "user", "content": "hi"}]\n{"messages": "nope"}\n')
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"messages": [{"role": "user", "content": "hi}]}\n')
     cases = [
         (["--model", "m", "--requests", "5", "--duration", "3"], "--requests and --duration exclude each other"),
         (["--model", "m", "--concurrency", "2", "--rate", "3"], "--concurrency (closed loop) and --rate"),
@@ -267,14 +269,51 @@ def test_impossible_flags_and_bad_files_get_one_clear_message(tmp_path: Path) ->
         ([], "nothing to measure"),
         (["--model", "m", "--prompts", str(bad)], "line 2: expected a list of messages"),
         (["--model", "m", "--prompts", str(tmp_path / "missing.txt")], "No such file"),
+        # Python's JSON message ends in its position, which must not be cut off ("starting at)").
+        (["--model", "m", "--prompts", str(broken)], "line 1: not JSON (Unterminated string starting at: column 43)"),
+        (["--model", "m", "--bogus"], "unrecognized arguments: --bogus (see firsttoken bench --help)"),
+        (["--model", "m", "--api", "grpc"], "argument --api: invalid choice: 'grpc'"),
     ]
     for argv, message in cases:
         result = run_bench(*argv, "--no-progress")
         assert result.returncode == 2, (argv, result.stdout, result.stderr)
+        # One line: the message, not a usage block first.
+        assert result.stderr.startswith("firsttoken bench: error: ") and result.stderr.count("\n") == 1, result.stderr
         assert message in result.stderr, (argv, result.stderr)
-        assert "Traceback" not in result.stderr
     result = run_bench("--model", "m", env={"OPENAI_API_KEY": ""})
     assert result.returncode == 2 and "OPENAI_API_KEY is not set" in result.stderr
+
+
+def test_output_paths_are_checked_before_anything_is_measured(sim: Simulator, tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    no_plotly = tmp_path / "no_plotly"
+    (no_plotly / "plotly").mkdir(parents=True)
+    (no_plotly / "plotly" / "__init__.py").write_text("raise ImportError('not installed here')\n")
+    cases = [
+        (["--out", "/nonexistent/x"], {}, "--out: cannot write /nonexistent/x.json: no directory /nonexistent"),
+        (["--json", "/nonexistent/x.json"], {}, "--json: cannot write /nonexistent/x.json: no directory"),
+        (["--csv", str(tmp_path)], {}, f"--csv: cannot write {tmp_path}: it is a directory"),
+        (["--html", f"{a_file}/r.html"], {}, f"--html: cannot write {a_file}/r.html: {a_file} is not a directory"),
+        (["--out", f"{tmp_path}/r", "--csv", f"{tmp_path}/r.json"], {}, f"both write {tmp_path}/r.json"),
+        (["--out", f"{tmp_path}/r"], {"PYTHONPATH": str(no_plotly)}, "--out: the HTML report needs plotly"),
+    ]
+    before = len(sim.requests)
+    for argv, env, message in cases:
+        result = run_bench("--base-url", sim.openai_base_url, "--model", "tiny", "--requests", "200", *argv, env=env)
+        assert result.returncode == 2, (argv, result.stdout, result.stderr)
+        assert result.stderr == f"firsttoken bench: error: {result.stderr.split(': error: ', 1)[1]}", result.stderr
+        assert result.stderr.count("\n") == 1 and message in result.stderr, (argv, result.stderr)
+        assert result.stdout == ""
+    assert len(sim.requests) == before, "nothing was sent"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "no_plotly"], "no file was created"
+    # Without the HTML, the same environment measures and writes.
+    result = run_bench(
+        "--base-url", sim.openai_base_url, "--model", "tiny", "--requests", "2", "--warmup", "0",
+        "--json", f"{tmp_path}/r.json", env={"PYTHONPATH": str(no_plotly)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads((tmp_path / "r.json").read_text())["requests"]) == 2
 
 
 class _Refusing(BaseHTTPRequestHandler):

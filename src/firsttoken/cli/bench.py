@@ -30,6 +30,7 @@ from .bench_out import (
     write_json,
 )
 from .bench_run import FIRST_TOKEN, BenchError, Clients, Collector, Plan, Prompt, Runner, Sample, Target
+from .usage import OneLineParser
 
 APIS = ("openai", "anthropic")
 BUSY_WARNING = 0.5
@@ -127,7 +128,7 @@ def _positive_float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="firsttoken bench",
         description="Benchmark OpenAI-compatible and Anthropic endpoints through the real SDKs, with every number "
         "read from what firsttoken recorded. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY.",
@@ -261,7 +262,7 @@ def load_prompts(path: str) -> list[list[dict[str, Any]]]:
         try:
             item = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"--prompts {path} line {number}: not JSON ({exc.msg})") from None
+            raise UsageError(f"--prompts {path} line {number}: not JSON ({exc.msg}: column {exc.colno})") from None
         messages = item.get("messages") if isinstance(item, dict) else item
         if (
             not isinstance(messages, list)
@@ -370,7 +371,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(args)
     except UsageError as exc:
-        parser.print_usage(sys.stderr)
         print(f"firsttoken bench: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # outside the run, whose own Ctrl-C handling keeps what it measured
@@ -387,8 +387,52 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise UsageError("--compare and --race exclude each other: give one")
 
 
+def output_paths(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
+    """The files to write, by kind (json, csv, html): (the flag that named it, its path)."""
+    paths = {}
+    for kind in ("json", "csv", "html"):
+        explicit = getattr(args, kind)
+        if explicit:
+            paths[kind] = (f"--{kind}", explicit)
+        elif args.out:
+            paths[kind] = ("--out", f"{args.out}.{kind}")
+    return paths
+
+
+def check_outputs(paths: dict[str, tuple[str, str]]) -> None:
+    """Whether every output file can be written, before anything is measured (without creating any)."""
+    seen: dict[str, str] = {}
+    for flag, path in paths.values():
+        full = os.path.abspath(path)
+        if full in seen:
+            raise UsageError(f"{seen[full]} and {flag} both write {path}")
+        seen[full] = flag
+        parent = os.path.dirname(full)
+        problem = None
+        if os.path.isdir(full):
+            problem = "it is a directory"
+        elif not os.path.exists(parent):
+            problem = f"no directory {parent}"
+        elif not os.path.isdir(parent):
+            problem = f"{parent} is not a directory"
+        elif not os.access(full if os.path.exists(full) else parent, os.W_OK):
+            problem = "permission denied"
+        if problem is not None:
+            raise UsageError(f"{flag}: cannot write {path}: {problem}")
+    if "html" in paths:
+        try:
+            import plotly.offline  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                f"{paths['html'][0]}: the HTML report needs plotly: pip install 'plotly>=5.20' (firsttoken's cli "
+                "extra), or write only --json / --csv"
+            ) from None
+
+
 def _main(args: argparse.Namespace) -> int:
     _check_flags(args)
+    paths = output_paths(args)
+    check_outputs(paths)
     targets = targets_from(args)
     race: tuple[str, list[str], str] | None = None
     if args.compare:
@@ -466,7 +510,7 @@ def _main(args: argparse.Namespace) -> int:
         )
     cpu_s, wall_s = time.process_time() - clock[0], time.perf_counter() - clock[1]
     client = {"cpu_s": cpu_s, "wall_s": wall_s, "busy_share": cpu_s / wall_s if wall_s > 0 else None}
-    return _report(args, targets, lanes, race, samples, fatal, started_wall, concurrency, client, stop)
+    return _report(args, targets, lanes, race, samples, fatal, started_wall, concurrency, client, stop, paths)
 
 
 async def _run(
@@ -549,6 +593,7 @@ def _report(
     concurrency: int | None,
     client: dict[str, Any],
     stop: Stop,
+    outputs: dict[str, tuple[str, str]],
 ) -> int:
     by_target: dict[str, list[Sample]] = {lane: [] for lane in lanes}
     for s in sorted(samples, key=lambda s: s.seq):
@@ -598,20 +643,16 @@ def _report(
         "client": client,
         "requests": [s.as_json() for s in sorted(samples, key=lambda s: s.seq)],
     }
-    paths = {
-        "json": args.json or (args.out and args.out + ".json"),
-        "csv": args.csv or (args.out and args.out + ".csv"),
-        "html": args.html or (args.out and args.out + ".html"),
-    }
+    paths = {kind: path for kind, (_, path) in outputs.items()}
     written = []
     try:
-        if paths["json"]:
+        if "json" in paths:
             write_json(paths["json"], document)
             written.append(paths["json"])
-        if paths["csv"]:
+        if "csv" in paths:
             write_csv(paths["csv"], sorted(samples, key=lambda s: s.seq))
             written.append(paths["csv"])
-        if paths["html"]:
+        if "html" in paths:
             write_html(paths["html"], document)
             written.append(paths["html"])
     except OSError as exc:
