@@ -460,6 +460,34 @@ def test_retries_and_errors_are_counted_and_the_run_goes_on(sim: Simulator, tmp_
     assert "errors InternalServerError 1, retries 4" in result.stdout
 
 
+def test_failed_calls_are_counted_apart_and_kept_out_of_the_percentiles(sim: Simulator, tmp_path: Path) -> None:
+    from firsttoken.sim import Fault
+
+    out = tmp_path / "failed.json"
+    # The first request's stream stalls after 3 chunks until the client's 1.5 s timeout ends it: a
+    # failed call with a TTFT and an end-to-end far above the others' (~0.26 s).
+    sim.inject(Fault.stall(after_chunks=3), times=1, model="fast")
+    result = run_bench(
+        "--base-url", sim.openai_base_url, "--model", "fast", "--requests", "6", "--concurrency", "1",
+        "--warmup", "0", "--timeout", "1.5", "--max-retries", "0", "--json", str(out), "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    failed = [r for r in doc["requests"] if not r["ok"]]
+    assert len(failed) == 1 and failed[0]["e2e_s"] >= 1.5 and failed[0]["ttft_s"] is not None, failed
+    summary = doc["summaries"]["fast"]
+    assert summary["n"] == 6 and summary["ok"] == 5 and sum(summary["errors"].values()) == 1, summary
+    ok = [r for r in doc["requests"] if r["ok"]]
+    for metric in ("ttft_s", "e2e_s", "tpot_s", "tokens_per_s"):
+        q = summary["quantiles"][metric]
+        assert q["n"] == 5, (metric, q)
+        assert q["max"] == pytest.approx(max(r[metric] for r in ok)), (metric, q)
+    assert summary["quantiles"]["e2e_s"]["max"] < 1.0
+    assert table_row(result.stdout, "fast", "API end-to-end ms")["n"] == 5
+    assert "requests 6, ok 5, errors " in result.stdout
+    assert "(the percentiles are of the 5 ok requests; the 1 failed are left out)" in result.stdout
+
+
 def test_a_thousand_requests_at_concurrency_32(sim: Simulator, tmp_path: Path) -> None:
     """The scale the issue asks for finishes, every request accounted for (timing: benchmarks/bench_self.py)."""
     out = tmp_path / "big"

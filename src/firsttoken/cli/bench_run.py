@@ -356,7 +356,7 @@ class Runner:
         if exc is not None:
             sample.error = type(exc).__qualname__
             sample.ok = False
-            self._check_fatal(exc, job)
+            self._check_fatal(exc, job, answered=sample.ttft_s is not None)
         elif sample.ok:
             self.successes[job.target] = self.successes.get(job.target, 0) + 1
         self.samples.append(sample)
@@ -405,7 +405,9 @@ class Runner:
         sample.race = info
         return sample
 
-    def _check_fatal(self, exc: BaseException, job: Job) -> None:
+    def _check_fatal(self, exc: BaseException, job: Job, *, answered: bool = False) -> None:
+        """Whether ``exc`` should stop the run; ``answered``: the endpoint streamed a token first (then
+        a timeout is a stalled stream, counted as an error, not an endpoint that cannot be reached)."""
         status = getattr(exc, "status_code", None)
         target = self.targets.get(job.target)
         where = target.describe() if target else job.target
@@ -417,7 +419,11 @@ class Runner:
             )
         elif status == 404:
             self.fatal = BenchError(f"not found (HTTP 404) for {where}: unknown model or wrong base URL? {message}")
-        elif type(exc).__name__ in ("APIConnectionError", "APITimeoutError") and not self.successes.get(job.target):
+        elif (
+            type(exc).__name__ in ("APIConnectionError", "APITimeoutError")
+            and not answered
+            and not self.successes.get(job.target)
+        ):
             self.fatal = BenchError(f"cannot reach {where}: {type(exc).__name__}: {message}")
 
     async def closed_loop(self, jobs: Iterator[Job], concurrency: int, deadline: float | None) -> None:
