@@ -49,8 +49,8 @@ run_step() {
     fi
 }
 
-run_step ruff "$VENV/bin/ruff" check src tests benchmarks scripts
-run_step ruff-format "$VENV/bin/ruff" format --check src tests benchmarks scripts
+run_step ruff "$VENV/bin/ruff" check src tests benchmarks scripts examples
+run_step ruff-format "$VENV/bin/ruff" format --check src tests benchmarks scripts examples
 run_step mypy "$VENV/bin/mypy"
 # tests/real_server run against llama.cpp's llama-server, built once into a cache outside the repo.
 scripts/llama_server.sh --for-tests

@@ -14,9 +14,11 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,10 +37,15 @@ SLACK_MS = 60.0
 QUEUE_MS, PREFILL_MS_PER_1K, DECODE_TPS, OUTPUT = 100.0, 100.0, 100.0, 20
 
 
-def run_bench(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def bench_env(env: dict[str, str] | None = None) -> dict[str, str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_", "ANTHROPIC_"))}
     full_env.update({"OPENAI_API_KEY": "sk-bench-test", "ANTHROPIC_API_KEY": "sk-ant-bench-test"})
     full_env.update(env or {})
+    return full_env
+
+
+def run_bench(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    full_env = bench_env(env)
     return subprocess.run(
         [sys.executable, "-m", "firsttoken.cli", "bench", *args],
         capture_output=True,
@@ -189,12 +196,70 @@ def test_a_shared_prefix_is_cached_and_a_unique_one_is_not(sim: Simulator, tmp_p
     assert ratios["shared"] > 0.8  # the 2048-token prefix of every ~2250-token prompt, after the warm-up
 
 
+# -- stopped midway ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sig", "load"),
+    [(signal.SIGINT, ["--concurrency", "2"]), (signal.SIGTERM, ["--rate", "6"])],
+    ids=["sigint-closed-loop", "sigterm-open-loop"],
+)
+def test_a_signal_stops_the_run_and_every_finished_request_is_written(
+    sim: Simulator, tmp_path: Path, sig: signal.Signals, load: list[str]
+) -> None:
+    """Ctrl-C (SIGINT) or SIGTERM mid-run: bench stops at once, writes what finished, says so, and
+    exits 128 + the signal's number. 500 requests of ~0.32 s each would take minutes."""
+    out = tmp_path / "stopped"
+    before = sum(1 for q in sim.requests if q.model == "steady")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "firsttoken.cli", "bench", "--base-url", sim.openai_base_url, "--model", "steady",
+         "--requests", "500", *load, "--warmup", "1", "--out", str(out), "--no-progress"],
+        env=bench_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while sum(1 for q in sim.requests if q.model == "steady") - before < 6:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the simulator served too few requests in 120 s"
+            time.sleep(0.05)
+        served = sum(1 for q in sim.requests if q.model == "steady") - before
+        proc.send_signal(sig)
+        stopped_at = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Stopping cancels what is in flight instead of waiting for it (a request takes ~0.32 s; the
+    # rest is the clients' close and the report, generous on a busy machine).
+    assert time.monotonic() - stopped_at < 20
+    assert proc.returncode == 128 + sig, (proc.returncode, stderr)
+    assert "Traceback" not in stderr, stderr
+    doc = json.loads(out.with_suffix(".json").read_text())
+    requests = doc["requests"]
+    # What the simulator had finished when the signal went is on file, except at most the requests
+    # in flight whose last bytes were on the way (2 at concurrency 2; a handful in the open loop).
+    assert served - 4 <= len(requests) < 500, (served, len(requests))
+    assert all(r["ok"] and r["e2e_s"] > 0 for r in requests), requests
+    measured = [r for r in requests if not r["warmup"]]
+    assert doc["summaries"]["steady"]["n"] == len(measured) > 0
+    assert doc["summaries"]["steady"]["quantiles"]["ttft_s"]["n"] == len(measured)
+    assert doc["error"].startswith(f"interrupted by {sig.name}: {len(requests)} requests finished"), doc["error"]
+    assert len(list(csv.DictReader(out.with_suffix(".csv").open()))) == len(requests)
+    assert f"interrupted by {sig.name}" in out.with_suffix(".html").read_text()
+    assert f"{len(measured)} measured requests" in stdout
+    line = f"firsttoken bench: interrupted by {sig.name}: {len(requests)} requests finished"
+    (said,) = [x for x in stderr.splitlines() if x.startswith(line)]
+    assert said.endswith(f"they are in {out}.json, {out}.csv, {out}.html"), said
+
+
 # -- bad input --------------------------------------------------------------------------------
 
 
 def test_impossible_flags_and_bad_files_get_one_clear_message(tmp_path: Path) -> None:
     bad = tmp_path / "prompts.jsonl"
     bad.write_text('[{"role": "user", "content": "hi"}]\n{"messages": "nope"}\n')
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"messages": [{"role": "user", "content": "hi}]}\n')
     cases = [
         (["--model", "m", "--requests", "5", "--duration", "3"], "--requests and --duration exclude each other"),
         (["--model", "m", "--concurrency", "2", "--rate", "3"], "--concurrency (closed loop) and --rate"),
@@ -204,14 +269,51 @@ def test_impossible_flags_and_bad_files_get_one_clear_message(tmp_path: Path) ->
         ([], "nothing to measure"),
         (["--model", "m", "--prompts", str(bad)], "line 2: expected a list of messages"),
         (["--model", "m", "--prompts", str(tmp_path / "missing.txt")], "No such file"),
+        # Python's JSON message ends in its position, which must not be cut off ("starting at)").
+        (["--model", "m", "--prompts", str(broken)], "line 1: not JSON (Unterminated string starting at: column 43)"),
+        (["--model", "m", "--bogus"], "unrecognized arguments: --bogus (see firsttoken bench --help)"),
+        (["--model", "m", "--api", "grpc"], "argument --api: invalid choice: 'grpc'"),
     ]
     for argv, message in cases:
         result = run_bench(*argv, "--no-progress")
         assert result.returncode == 2, (argv, result.stdout, result.stderr)
+        # One line: the message, not a usage block first.
+        assert result.stderr.startswith("firsttoken bench: error: ") and result.stderr.count("\n") == 1, result.stderr
         assert message in result.stderr, (argv, result.stderr)
-        assert "Traceback" not in result.stderr
     result = run_bench("--model", "m", env={"OPENAI_API_KEY": ""})
     assert result.returncode == 2 and "OPENAI_API_KEY is not set" in result.stderr
+
+
+def test_output_paths_are_checked_before_anything_is_measured(sim: Simulator, tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    no_plotly = tmp_path / "no_plotly"
+    (no_plotly / "plotly").mkdir(parents=True)
+    (no_plotly / "plotly" / "__init__.py").write_text("raise ImportError('not installed here')\n")
+    cases = [
+        (["--out", "/nonexistent/x"], {}, "--out: cannot write /nonexistent/x.json: no directory /nonexistent"),
+        (["--json", "/nonexistent/x.json"], {}, "--json: cannot write /nonexistent/x.json: no directory"),
+        (["--csv", str(tmp_path)], {}, f"--csv: cannot write {tmp_path}: it is a directory"),
+        (["--html", f"{a_file}/r.html"], {}, f"--html: cannot write {a_file}/r.html: {a_file} is not a directory"),
+        (["--out", f"{tmp_path}/r", "--csv", f"{tmp_path}/r.json"], {}, f"both write {tmp_path}/r.json"),
+        (["--out", f"{tmp_path}/r"], {"PYTHONPATH": str(no_plotly)}, "--out: the HTML report needs plotly"),
+    ]
+    before = len(sim.requests)
+    for argv, env, message in cases:
+        result = run_bench("--base-url", sim.openai_base_url, "--model", "tiny", "--requests", "200", *argv, env=env)
+        assert result.returncode == 2, (argv, result.stdout, result.stderr)
+        assert result.stderr == f"firsttoken bench: error: {result.stderr.split(': error: ', 1)[1]}", result.stderr
+        assert result.stderr.count("\n") == 1 and message in result.stderr, (argv, result.stderr)
+        assert result.stdout == ""
+    assert len(sim.requests) == before, "nothing was sent"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "no_plotly"], "no file was created"
+    # Without the HTML, the same environment measures and writes.
+    result = run_bench(
+        "--base-url", sim.openai_base_url, "--model", "tiny", "--requests", "2", "--warmup", "0",
+        "--json", f"{tmp_path}/r.json", env={"PYTHONPATH": str(no_plotly)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads((tmp_path / "r.json").read_text())["requests"]) == 2
 
 
 class _Refusing(BaseHTTPRequestHandler):
@@ -356,6 +458,34 @@ def test_retries_and_errors_are_counted_and_the_run_goes_on(sim: Simulator, tmp_
     assert summary["errors"] == {"InternalServerError": 1}
     assert summary["retries"] == 4
     assert "errors InternalServerError 1, retries 4" in result.stdout
+
+
+def test_failed_calls_are_counted_apart_and_kept_out_of_the_percentiles(sim: Simulator, tmp_path: Path) -> None:
+    from firsttoken.sim import Fault
+
+    out = tmp_path / "failed.json"
+    # The first request's stream stalls after 3 chunks until the client's 1.5 s timeout ends it: a
+    # failed call with a TTFT and an end-to-end far above the others' (~0.26 s).
+    sim.inject(Fault.stall(after_chunks=3), times=1, model="fast")
+    result = run_bench(
+        "--base-url", sim.openai_base_url, "--model", "fast", "--requests", "6", "--concurrency", "1",
+        "--warmup", "0", "--timeout", "1.5", "--max-retries", "0", "--json", str(out), "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    failed = [r for r in doc["requests"] if not r["ok"]]
+    assert len(failed) == 1 and failed[0]["e2e_s"] >= 1.5 and failed[0]["ttft_s"] is not None, failed
+    summary = doc["summaries"]["fast"]
+    assert summary["n"] == 6 and summary["ok"] == 5 and sum(summary["errors"].values()) == 1, summary
+    ok = [r for r in doc["requests"] if r["ok"]]
+    for metric in ("ttft_s", "e2e_s", "tpot_s", "tokens_per_s"):
+        q = summary["quantiles"][metric]
+        assert q["n"] == 5, (metric, q)
+        assert q["max"] == pytest.approx(max(r[metric] for r in ok)), (metric, q)
+    assert summary["quantiles"]["e2e_s"]["max"] < 1.0
+    assert table_row(result.stdout, "fast", "API end-to-end ms")["n"] == 5
+    assert "requests 6, ok 5, errors " in result.stdout
+    assert "(the percentiles are of the 5 ok requests; the 1 failed are left out)" in result.stdout
 
 
 def test_a_thousand_requests_at_concurrency_32(sim: Simulator, tmp_path: Path) -> None:

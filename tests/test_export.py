@@ -180,6 +180,63 @@ def test_unknown_exporter_is_one_clear_error() -> None:
         _otlp.exporter_names(_otlp.ENV_METRICS_EXPORTER, {_otlp.ENV_METRICS_EXPORTER: "prometheus"})
 
 
+# -- an OTLP/HTTP endpoint without a scheme ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "variable"),
+    [
+        ({_otlp.ENV_ENDPOINT: "localhost:4318"}, _otlp.ENV_ENDPOINT),
+        ({_otlp.ENV_TRACES_ENDPOINT: "collector:4318/v1/traces"}, _otlp.ENV_TRACES_ENDPOINT),
+        ({_otlp.ENV_METRICS_ENDPOINT: "127.0.0.1:4318/v1/metrics"}, _otlp.ENV_METRICS_ENDPOINT),
+        # The signal's variable is the one the exporter reads: a good general one does not hide it.
+        ({_otlp.ENV_ENDPOINT: "http://ok:4318", _otlp.ENV_TRACES_ENDPOINT: "ok:4318"}, _otlp.ENV_TRACES_ENDPOINT),
+    ],
+)
+def test_an_http_endpoint_without_a_scheme_is_one_clear_error(environ: dict[str, str], variable: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _otlp.providers(environ)
+    message = str(caught.value)
+    assert message.startswith(f"{variable}={environ[variable]!r} has no scheme"), message
+    assert f"http://{environ[variable]}" in message and "OTEL_EXPORTER_OTLP_PROTOCOL=grpc" in message
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {_otlp.ENV_ENDPOINT: "http://localhost:4318"},
+        {_otlp.ENV_ENDPOINT: "HTTPS://collector.example:4318"},
+        # Over gRPC an address is valid without a scheme.
+        {_otlp.ENV_ENDPOINT: "localhost:4317", _otlp.ENV_PROTOCOL: "grpc"},
+        # The signal's own variable wins over a bad general one, which then reaches no exporter.
+        {_otlp.ENV_ENDPOINT: "bad:4318", _otlp.ENV_TRACES_ENDPOINT: "http://a/v1/traces", "metrics": "none"},
+        # Not exported over OTLP at all.
+        {_otlp.ENV_ENDPOINT: "localhost:4318", "traces": "console", "metrics": "none"},
+    ],
+)
+def test_endpoints_that_work_are_accepted(environ: dict[str, str]) -> None:
+    environ = dict(environ)
+    traces = [environ.pop("traces")] if "traces" in environ else None
+    metrics = [m for m in [environ.pop("metrics")] if m != "none"] if "metrics" in environ else None
+    export = _otlp.providers(environ, traces=traces, metrics_=metrics)
+    assert export.close(timeout_s=5)
+
+
+def test_instrument_warns_once_naming_the_variable_and_the_fix(tmp_path: Path) -> None:
+    """As a user meets it: ``instrument()`` in a fresh process with the usual mistake in its environment."""
+    script = tmp_path / "app.py"
+    script.write_text("import firsttoken\nprint(firsttoken.instrument())\n")
+    env = _clean_env(OTEL_EXPORTER_OTLP_ENDPOINT="localhost:4318")
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+    warnings = [line for line in done.stderr.splitlines() if "FirstTokenWarning" in line]
+    assert len(warnings) == 1, done.stderr
+    assert warnings[0].startswith(f"{script}:2: FirstTokenWarning: firsttoken: ")
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT='localhost:4318' has no scheme" in warnings[0]
+    assert "http://localhost:4318" in warnings[0] and "the app runs uninstrumented" in warnings[0]
+
+
 @pytest.fixture
 def refusing_listener() -> Iterator[tuple[int, list[socket.socket]]]:
     """A loopback port that records every connection made to it (there must be none)."""

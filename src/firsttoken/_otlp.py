@@ -273,6 +273,27 @@ def _endpoint(environ: Mapping[str, str], protocol: str, signal_env: str) -> str
     return "http://localhost:4317" if protocol == "grpc" else "http://localhost:4318"
 
 
+def check_endpoint(signal_env: str, protocol: str, environ: Mapping[str, str]) -> None:
+    """An OTLP/HTTP endpoint must be a URL: ``localhost:4318`` (a gRPC-style address, the usual
+    slip) makes the exporter fail every export with "No connection adapters were found".
+
+    The variable checked is the one the exporter reads: the signal's, else the general one. Over
+    gRPC an address without a scheme is valid (TLS unless ``OTEL_EXPORTER_OTLP_INSECURE=true``).
+    """
+    if protocol != "http/protobuf":
+        return
+    for name in (signal_env, ENV_ENDPOINT):
+        raw = environ.get(name, "").strip()
+        if not raw:
+            continue
+        if not raw.lower().startswith(("http://", "https://")):
+            raise ConfigError(
+                f"{name}={raw!r} has no scheme: OTLP over HTTP needs a URL such as http://{raw} "
+                f"(for a gRPC collector, set {ENV_PROTOCOL}=grpc)"
+            )
+        return
+
+
 def _otlp_span_exporter(protocol: str, timeout: float, tally: ExportTally) -> Any:
     kwargs: dict[str, Any] = {"timeout": timeout}
     if protocol == "grpc":
@@ -411,6 +432,10 @@ def providers(
     metric_names = list(metrics_) if metrics_ is not None else exporter_names(ENV_METRICS_EXPORTER, env)
     traces_protocol = _protocol(ENV_TRACES_PROTOCOL, env)
     metrics_protocol = _protocol(ENV_METRICS_PROTOCOL, env)
+    if "otlp" in trace_names:
+        check_endpoint(ENV_TRACES_ENDPOINT, traces_protocol, env)
+    if "otlp" in metric_names:
+        check_endpoint(ENV_METRICS_ENDPOINT, metrics_protocol, env)
     interval_ms = _millis(ENV_METRIC_EXPORT_INTERVAL, env, METRIC_EXPORT_INTERVAL_MS)
     if interval_ms == 0:
         raise ConfigError(f"{ENV_METRIC_EXPORT_INTERVAL}=0: the metric export interval must be > 0 milliseconds")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import httpx2
 import openai
@@ -165,6 +166,36 @@ def test_reasoning_model_spends_hidden_tokens(oai: openai.OpenAI) -> None:
     short = oai.chat.completions.create(model="o4-mini", messages=MESSAGES, max_completion_tokens=40)
     assert short.choices[0].finish_reason == "length"
     assert short.usage is not None and short.usage.completion_tokens == 40
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("limit", [20, 40])
+def test_a_stream_spent_on_reasoning_ends_after_the_reasoning(api: str, limit: int) -> None:
+    """With max tokens at or below the hidden reasoning, no visible token is sent, and the stream's
+    end is due when the last reasoning token is: 10 ms of queue + limit x 5 ms. The simulator
+    sleeps until absolute deadlines from the moment it read the request, so a client clock can only
+    see more than that (the bug: the closing chunks went out right after the queue, at ~10 ms)."""
+    thinking = LatencyModel.fixed(
+        queue_ms=10, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=200, output_tokens=12, reasoning_tokens=40
+    )
+    with (
+        Simulator(latency=thinking, seed=1) as s,
+        openai.OpenAI(base_url=s.openai_base_url, api_key="sk-test", max_retries=0) as client,
+    ):
+        started = time.perf_counter()
+        if api == "chat":
+            stream = client.chat.completions.create(
+                model="o3-mini", messages=MESSAGES, max_completion_tokens=limit, stream=True
+            )
+            chunks = list(stream)
+            elapsed = time.perf_counter() - started
+            assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+            assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            events = list(client.responses.create(model="o3-mini", input="x", max_output_tokens=limit, stream=True))
+            elapsed = time.perf_counter() - started
+            assert events[-1].type == "response.incomplete"
+    assert elapsed >= (10 + limit * 5) / 1000, elapsed
 
 
 # -- responses --------------------------------------------------------------------------------------

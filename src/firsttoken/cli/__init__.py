@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from .._version import __version__
+from .usage import OneLineParser
+
+COMMANDS = ("demo", "bench", "sim")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="firsttoken",
         description="LLM latency observability with OpenTelemetry.",
         epilog="Run 'firsttoken COMMAND --help' for a command's options.",
@@ -18,13 +20,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"firsttoken {__version__}")
     parser.add_argument(
         "command",
-        choices=("demo", "bench", "sim"),
+        choices=COMMANDS,
         help="demo: measure a workload on the simulator; bench: measure, compare and race endpoints; "
         "sim: serve the OpenAI/Anthropic-compatible simulator",
     )
     if not args or args[0] in ("-h", "--help", "--version"):
         parser.parse_args(args)
         return 0
+    if args[0].startswith("-"):
+        parser.error(f"unknown option {args[0]}: give a command first ({', '.join(COMMANDS)}), then its options")
     ns = parser.parse_args(args[:1])
     if ns.command == "demo":
         from .demo import main as demo_main

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from .bench_out import (
     write_json,
 )
 from .bench_run import FIRST_TOKEN, BenchError, Clients, Collector, Plan, Prompt, Runner, Sample, Target
+from .usage import OneLineParser
 
 APIS = ("openai", "anthropic")
 BUSY_WARNING = 0.5
@@ -84,6 +86,18 @@ class UsageError(Exception):
     """Bad flags or input files: reported with exit status 2."""
 
 
+class Stop:
+    """How a run was stopped from outside: the signal's name (SIGINT for Ctrl-C, SIGTERM), or None."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+
+    @property
+    def status(self) -> int:
+        """The shell's convention for a process ended by a signal: 128 + its number."""
+        return 128 + int(getattr(signal, self.signal or "SIGINT"))
+
+
 def _int_at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -114,7 +128,7 @@ def _positive_float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="firsttoken bench",
         description="Benchmark OpenAI-compatible and Anthropic endpoints through the real SDKs, with every number "
         "read from what firsttoken recorded. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY.",
@@ -248,7 +262,7 @@ def load_prompts(path: str) -> list[list[dict[str, Any]]]:
         try:
             item = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"--prompts {path} line {number}: not JSON ({exc.msg})") from None
+            raise UsageError(f"--prompts {path} line {number}: not JSON ({exc.msg}: column {exc.colno})") from None
         messages = item.get("messages") if isinstance(item, dict) else item
         if (
             not isinstance(messages, list)
@@ -357,9 +371,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(args)
     except UsageError as exc:
-        parser.print_usage(sys.stderr)
         print(f"firsttoken bench: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # outside the run, whose own Ctrl-C handling keeps what it measured
+        print("firsttoken bench: interrupted", file=sys.stderr)
+        return 130
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -371,8 +387,52 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise UsageError("--compare and --race exclude each other: give one")
 
 
+def output_paths(args: argparse.Namespace) -> dict[str, tuple[str, str]]:
+    """The files to write, by kind (json, csv, html): (the flag that named it, its path)."""
+    paths = {}
+    for kind in ("json", "csv", "html"):
+        explicit = getattr(args, kind)
+        if explicit:
+            paths[kind] = (f"--{kind}", explicit)
+        elif args.out:
+            paths[kind] = ("--out", f"{args.out}.{kind}")
+    return paths
+
+
+def check_outputs(paths: dict[str, tuple[str, str]]) -> None:
+    """Whether every output file can be written, before anything is measured (without creating any)."""
+    seen: dict[str, str] = {}
+    for flag, path in paths.values():
+        full = os.path.abspath(path)
+        if full in seen:
+            raise UsageError(f"{seen[full]} and {flag} both write {path}")
+        seen[full] = flag
+        parent = os.path.dirname(full)
+        problem = None
+        if os.path.isdir(full):
+            problem = "it is a directory"
+        elif not os.path.exists(parent):
+            problem = f"no directory {parent}"
+        elif not os.path.isdir(parent):
+            problem = f"{parent} is not a directory"
+        elif not os.access(full if os.path.exists(full) else parent, os.W_OK):
+            problem = "permission denied"
+        if problem is not None:
+            raise UsageError(f"{flag}: cannot write {path}: {problem}")
+    if "html" in paths:
+        try:
+            import plotly.offline  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                f"{paths['html'][0]}: the HTML report needs plotly: pip install 'plotly>=5.20' (firsttoken's cli "
+                "extra), or write only --json / --csv"
+            ) from None
+
+
 def _main(args: argparse.Namespace) -> int:
     _check_flags(args)
+    paths = output_paths(args)
+    check_outputs(paths)
     targets = targets_from(args)
     race: tuple[str, list[str], str] | None = None
     if args.compare:
@@ -425,13 +485,14 @@ def _main(args: argparse.Namespace) -> int:
     clock = (time.process_time(), time.perf_counter())
     show = sys.stderr.isatty() if args.progress is None else args.progress
     progress = Progress(plan.total, show, args.duration)
-    runner: Runner | None = None
+    # The runner is kept as soon as it exists, so that a run stopped midway still has its samples.
+    box: list[Runner] = []
+    stop = Stop()
     fatal: str | None = None
-    interrupted = False
     try:
-        runner, fatal = asyncio.run(_run(args, targets, keys, prompts, collector, plan, race, progress, concurrency))
-    except KeyboardInterrupt:
-        interrupted = True
+        fatal = asyncio.run(_run(args, targets, keys, prompts, collector, plan, race, progress, concurrency, box, stop))
+    except KeyboardInterrupt:  # Ctrl-C outside the run's own handler (while starting or closing)
+        stop.signal = stop.signal or "SIGINT"
     finally:
         progress.close()
         import firsttoken
@@ -441,12 +502,15 @@ def _main(args: argparse.Namespace) -> int:
         shutdown = getattr(meter_provider, "shutdown", None)
         if shutdown is not None:
             shutdown()  # a last export of the metrics
-    samples = runner.samples if runner is not None else []
-    if interrupted:
-        fatal = "interrupted"
+    samples = list(box[0].samples) if box else []
+    if stop.signal is not None:
+        cancelled = box[0].cancelled if box else 0
+        fatal = f"interrupted by {stop.signal}: {len(samples)} requests finished" + (
+            f", {cancelled} in flight cancelled (not kept)" if cancelled else ""
+        )
     cpu_s, wall_s = time.process_time() - clock[0], time.perf_counter() - clock[1]
     client = {"cpu_s": cpu_s, "wall_s": wall_s, "busy_share": cpu_s / wall_s if wall_s > 0 else None}
-    return _report(args, targets, lanes, race, samples, fatal, started_wall, concurrency, client)
+    return _report(args, targets, lanes, race, samples, fatal, started_wall, concurrency, client, stop, paths)
 
 
 async def _run(
@@ -459,7 +523,11 @@ async def _run(
     race: tuple[str, list[str], str] | None,
     progress: Progress,
     concurrency: int | None,
-) -> tuple[Runner, str | None]:
+    box: list[Runner],
+    stop: Stop,
+) -> str | None:
+    """Run the plan; the fatal error that stopped it, if any. SIGINT (Ctrl-C) and SIGTERM stop it
+    too: no new request starts, those in flight are cancelled, and what finished is kept."""
     clients = Clients(list(targets.values()), keys, timeout=args.timeout, max_retries=args.max_retries)
     runner = Runner(
         targets=targets,
@@ -472,6 +540,23 @@ async def _run(
         progress=progress,
         unique_prefix=args.prefix == "unique",
     )
+    box.append(runner)
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    assert main is not None
+
+    def on_signal(name: str) -> None:
+        if stop.signal is None:
+            stop.signal = name
+            main.cancel()
+
+    handled = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig.name)
+            handled.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+            pass
     deadline = None
     jobs = plan.jobs()
     try:
@@ -484,9 +569,17 @@ async def _run(
             await runner.closed_loop(jobs, concurrency, deadline)
         else:
             await runner.open_loop(jobs, args.rate, deadline, args.seed)
+    except asyncio.CancelledError:
+        if stop.signal is None:
+            raise
+        uncancel = getattr(main, "uncancel", None)  # Python 3.11+: the stop is handled here
+        if uncancel is not None:
+            uncancel()
     finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
         await clients.close()
-    return runner, (str(runner.fatal) if runner.fatal is not None else None)
+    return str(runner.fatal) if runner.fatal is not None else None
 
 
 def _report(
@@ -499,6 +592,8 @@ def _report(
     started_wall: float,
     concurrency: int | None,
     client: dict[str, Any],
+    stop: Stop,
+    outputs: dict[str, tuple[str, str]],
 ) -> int:
     by_target: dict[str, list[Sample]] = {lane: [] for lane in lanes}
     for s in sorted(samples, key=lambda s: s.seq):
@@ -548,20 +643,16 @@ def _report(
         "client": client,
         "requests": [s.as_json() for s in sorted(samples, key=lambda s: s.seq)],
     }
-    paths = {
-        "json": args.json or (args.out and args.out + ".json"),
-        "csv": args.csv or (args.out and args.out + ".csv"),
-        "html": args.html or (args.out and args.out + ".html"),
-    }
+    paths = {kind: path for kind, (_, path) in outputs.items()}
     written = []
     try:
-        if paths["json"]:
+        if "json" in paths:
             write_json(paths["json"], document)
             written.append(paths["json"])
-        if paths["csv"]:
+        if "csv" in paths:
             write_csv(paths["csv"], sorted(samples, key=lambda s: s.seq))
             written.append(paths["csv"])
-        if paths["html"]:
+        if "html" in paths:
             write_html(paths["html"], document)
             written.append(paths["html"])
     except OSError as exc:
@@ -572,6 +663,14 @@ def _report(
         return 1
     if written:
         print("wrote " + ", ".join(written))
+    if stop.signal is not None:
+        where = (
+            "they are in " + ", ".join(written)
+            if written
+            else "no output file was asked for (--out PREFIX, --json, --csv or --html keep them)"
+        )
+        print(f"firsttoken bench: {fatal}; {where}", file=sys.stderr)
+        return stop.status
     if fatal is not None:
         print(f"firsttoken bench: error: {fatal}", file=sys.stderr)
         if written:

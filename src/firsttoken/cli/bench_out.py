@@ -140,6 +140,8 @@ def render_summary(s: Summary, description: str) -> str:
         f"  requests {s.n}, ok {s.ok}, errors {err}, retries {s.retries}, "
         f"cache hit {hit}, connection set-up {setup} of end-to-end"
     )
+    if s.ok < s.n:
+        lines.append(f"  (the percentiles are of the {s.ok} ok requests; the {s.n - s.ok} failed are left out)")
     header = ("", "n", *(f"p{p}" for p in QUANTILES), "max")
     rows: list[tuple[str, ...]] = [header]
     for metric, label, scale in METRICS:

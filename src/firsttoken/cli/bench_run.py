@@ -309,6 +309,8 @@ class Runner:
         self.progress = progress
         self.samples: list[Sample] = []
         self.fatal: BaseException | None = None
+        self.cancelled = 0
+        """Requests in flight when the run was stopped (cancelled, so not in :attr:`samples`)."""
         self.run_start_ns = time.time_ns()
         self._run_start_perf = time.perf_counter()
         self.successes: dict[str, int] = {}
@@ -339,6 +341,7 @@ class Runner:
                 else:
                     await consume(await self._factory(job.target, prompt)())
             except asyncio.CancelledError:
+                self.cancelled += 1  # stopped mid-call (Ctrl-C): not a finished request, not kept
                 raise
             except Exception as e:
                 exc = e
@@ -353,7 +356,7 @@ class Runner:
         if exc is not None:
             sample.error = type(exc).__qualname__
             sample.ok = False
-            self._check_fatal(exc, job)
+            self._check_fatal(exc, job, answered=sample.ttft_s is not None)
         elif sample.ok:
             self.successes[job.target] = self.successes.get(job.target, 0) + 1
         self.samples.append(sample)
@@ -402,7 +405,9 @@ class Runner:
         sample.race = info
         return sample
 
-    def _check_fatal(self, exc: BaseException, job: Job) -> None:
+    def _check_fatal(self, exc: BaseException, job: Job, *, answered: bool = False) -> None:
+        """Whether ``exc`` should stop the run; ``answered``: the endpoint streamed a token first (then
+        a timeout is a stalled stream, counted as an error, not an endpoint that cannot be reached)."""
         status = getattr(exc, "status_code", None)
         target = self.targets.get(job.target)
         where = target.describe() if target else job.target
@@ -414,7 +419,11 @@ class Runner:
             )
         elif status == 404:
             self.fatal = BenchError(f"not found (HTTP 404) for {where}: unknown model or wrong base URL? {message}")
-        elif type(exc).__name__ in ("APIConnectionError", "APITimeoutError") and not self.successes.get(job.target):
+        elif (
+            type(exc).__name__ in ("APIConnectionError", "APITimeoutError")
+            and not answered
+            and not self.successes.get(job.target)
+        ):
             self.fatal = BenchError(f"cannot reach {where}: {type(exc).__name__}: {message}")
 
     async def closed_loop(self, jobs: Iterator[Job], concurrency: int, deadline: float | None) -> None:
@@ -431,18 +440,25 @@ class Runner:
         tasks: set[asyncio.Task[None]] = set()
         start = time.perf_counter()
         due = start
-        for job in jobs:
-            if self.fatal is not None or (deadline is not None and due >= deadline):
-                break
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            task = asyncio.ensure_future(self.one(job, scheduled_s=due - self._run_start_perf))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-            due += rng.expovariate(rate)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            for job in jobs:
+                if self.fatal is not None or (deadline is not None and due >= deadline):
+                    break
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                task = asyncio.ensure_future(self.one(job, scheduled_s=due - self._run_start_perf))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                due += rng.expovariate(rate)
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+        except asyncio.CancelledError:  # stopped (Ctrl-C): the requests in flight are cancelled too
+            pending = list(tasks)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise
 
 
 __all__ = [

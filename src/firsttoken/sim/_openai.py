@@ -247,7 +247,10 @@ async def chat_completions(call: Call) -> None:
                 delta = {"content": text}
             await call.event(chunk_of([choice(i, delta)]), at=at)
     for i in range(n):
-        await call.event(chunk_of([choice(i, {}, finish[i])], final=i == n - 1 and not include_usage))
+        # At the last token's time: with every token spent on hidden reasoning, this is the first
+        # event after the reasoning, and it must not be sent before the reasoning is done.
+        end = chunk_of([choice(i, {}, finish[i])], final=i == n - 1 and not include_usage)
+        await call.event(end, at=sched.now_due)
     if include_usage:
         await call.event(chunk_of([], usage, final=True))
     await call.event(b"data: [DONE]\n\n")
