@@ -402,6 +402,8 @@ class _Conversation:
     traffic: str
     provider: str
     model: str
+    kind: str
+    """One API kind for the whole conversation, as an app's chat feature uses one."""
     system: bool
     turns: int = 0
     history: list[tuple[str, str]] = field(default_factory=list)
@@ -466,9 +468,12 @@ class _Workload:
         models = OPENAI_MODELS if provider == "openai" else ANTHROPIC_MODELS
         return provider, self.model or self.rng.choice(tuple(models))
 
-    def _call(self, provider: str, model: str, question: str, system: bool) -> _Call:
+    def _kind(self, model: str) -> str:
         kinds = ("stream", "chat") if model in SERVER_TIMING else ("stream", "chat", "responses")
-        kind = self.rng.choices(kinds, weights=(6, 2, 2)[: len(kinds)])[0]
+        return self.rng.choices(kinds, weights=(6, 2, 2)[: len(kinds)])[0]
+
+    def _call(self, provider: str, model: str, question: str, system: bool, kind: str | None = None) -> _Call:
+        kind = kind or self._kind(model)
         call = _Call(provider, model, kind, question, self.rng.randint(24, 72), system)
         if model in SERVER_TIMING and not self.real:
             from ..sim import PROVIDER_HEADER
@@ -483,7 +488,9 @@ class _Workload:
         self.conversations += 1
         provider, model = self._pick_model()
         length = self.rng.choice(CONVERSATION_LENGTHS)
-        return _Conversation(f"conv-{self.conversations}", length, traffic, provider, model, self.rng.random() < 0.7)
+        system = self.rng.random() < 0.7
+        conv_id = f"conv-{self.conversations}"
+        return _Conversation(conv_id, length, traffic, provider, model, self._kind(model), system)
 
     def plan(self) -> _Action:
         """The next user action (under the lock: the random draws stay in order for a seed)."""
@@ -500,7 +507,7 @@ class _Workload:
                 conv = self._conversation(traffic)
                 n_calls = min(n_calls, conv.length - conv.turns)
                 calls = [
-                    self._call(conv.provider, conv.model, self.rng.choice(QUESTIONS), conv.system)
+                    self._call(conv.provider, conv.model, self.rng.choice(QUESTIONS), conv.system, conv.kind)
                     for _ in range(n_calls)
                 ]
                 conv.turns += n_calls
