@@ -154,3 +154,17 @@ def test_conversations_grow_through_the_turn_buckets(run: Run) -> None:
     # Context growth: a later turn's prompt holds the earlier turns (the system prompt is the same).
     pairs = sum(len(t) - 1 for t in by_conversation.values())
     assert grew == pairs, (grew, pairs)
+
+
+def test_the_html_report_times_only_the_calls_that_succeeded(run: Run) -> None:
+    """The demo's HTML report (built from the same spans) counts the failed calls apart, as the
+    terminal report does, and leaves them out of its percentiles and charts."""
+    from firsttoken.cli.bench_out import document_from_spans
+
+    document = document_from_spans(run.spans, tool="firsttoken demo")
+    summaries = document["summaries"].values()
+    assert sum(sum(s["errors"].values()) for s in summaries) == ACTIONS // demo.FAIL_EVERY
+    for s in summaries:
+        assert s["quantiles"]["e2e_s"]["n"] == s["ok"] <= s["n"], s
+    failed = [r for r in document["requests"] if not r["ok"]]
+    assert len(failed) == ACTIONS // demo.FAIL_EVERY

@@ -751,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
             firsttoken.uninstrument()
     code = 0
     if html_line:
-        print(html_line, flush=True)
+        print(f"\n{html_line}", flush=True)
         if html_line.startswith("No HTML report"):
             code = 1
     elif html is None and args.html is None and importlib.util.find_spec("plotly") is None:
