@@ -24,6 +24,7 @@ Three parts:
 from __future__ import annotations
 
 import argparse
+import collections
 import contextvars
 import gc
 import importlib.util
@@ -458,6 +459,8 @@ class _Workload:
         self.lock = threading.Lock()
         self.count = 0
         self.conversations = 0
+        self.planned: collections.Counter[tuple[str, str]] = collections.Counter()
+        """Calls planned so far per (provider, model), including --server's one model."""
         self.idle: list[_Conversation] = []
         """Conversations between turns; an action takes one (or starts one) and gives it back."""
         self.outcomes = _Outcomes()
@@ -468,12 +471,23 @@ class _Workload:
         models = OPENAI_MODELS if provider == "openai" else ANTHROPIC_MODELS
         return provider, self.model or self.rng.choice(tuple(models))
 
+    def _least_used_model(self) -> tuple[str, str]:
+        """A new conversation's model: one of those with the fewest calls so far (the seed picks),
+        so that every model has calls in every stretch of the run, however long the conversations."""
+        options = [("openai", m) for m in OPENAI_MODELS]
+        if self.clients.anthropic is not None:
+            options += [("anthropic", m) for m in ANTHROPIC_MODELS]
+        fewest = min(self.planned[o] for o in options)
+        provider, model = self.rng.choice([o for o in options if self.planned[o] == fewest])
+        return provider, self.model or model
+
     def _kind(self, model: str) -> str:
         kinds = ("stream", "chat") if model in SERVER_TIMING else ("stream", "chat", "responses")
         return self.rng.choices(kinds, weights=(6, 2, 2)[: len(kinds)])[0]
 
     def _call(self, provider: str, model: str, question: str, system: bool, kind: str | None = None) -> _Call:
         kind = kind or self._kind(model)
+        self.planned[(provider, model)] += 1
         call = _Call(provider, model, kind, question, self.rng.randint(24, 72), system)
         if model in SERVER_TIMING and not self.real:
             from ..sim import PROVIDER_HEADER
@@ -486,7 +500,7 @@ class _Workload:
             if self.idle[n].traffic == traffic:
                 return self.idle.pop(n)
         self.conversations += 1
-        provider, model = self._pick_model()
+        provider, model = self._least_used_model()
         length = self.rng.choice(CONVERSATION_LENGTHS)
         system = self.rng.random() < 0.7
         conv_id = f"conv-{self.conversations}"
@@ -704,6 +718,7 @@ def main(argv: list[str] | None = None) -> int:
             clients = _Clients(sim)
             workload = _Workload(clients, sim, args.seed, (args.model or "default") if server else None)
             if args.continuous:
+                print("\n".join(warm), flush=True)
                 _continuous(workload, spans, args, started, progress, width)
                 # Ctrl-C: flush briefly, then leave at once. Calls still in flight are dropped with
                 # their daemon threads; closing the simulator under them and tearing the interpreter
