@@ -207,6 +207,14 @@ def test_server_flags_without_server_are_a_usage_error(flags: tuple[str, ...]) -
     assert "--server URL" in line
 
 
+def test_an_unknown_flag_is_one_line_without_the_usage_block() -> None:
+    done = _demo("--bogus")
+    assert done.returncode == 2
+    assert done.stderr == (
+        "firsttoken demo: error: unrecognized arguments: --bogus (firsttoken demo --help lists the options)\n"
+    )
+
+
 # -- what the report shows (issue 21, items 9, 10 and 11) -------------------------------------------
 
 _PHASE = re.compile(r"[a-z_]+ \d+(\.\d)? ms \(\d+%\)")

@@ -94,6 +94,8 @@ def test_some_calls_stay_failed_after_the_sdks_retries(run: Run) -> None:
         assert span.status.status_code is StatusCode.ERROR
         assert attrs[sc.FT_ATTEMPTS] == 3  # the first try and the SDK's two retries, all answered 503
         assert attrs[sc.FT_TRAFFIC_CLASS] == "interactive"
+    models = [(s.attributes or {})[sc.GEN_AI_REQUEST_MODEL] for s in failed]
+    assert len(set(models)) == len(models), models  # the models take turns
     errors = [p for p in run.points["gen_ai.client.operation.duration"] if sc.ERROR_TYPE in p]
     assert errors and all(p[sc.FT_TRAFFIC_CLASS] == "interactive" for p in errors)
     # Rate limits are retried away: retries without an error.

@@ -88,8 +88,8 @@ FAIL_EVERY = 100
 FAIL_FIRST = 20
 """The FAIL_FIRST-th user action and every FAIL_EVERY-th after it have a call that the simulator
 answers with 503 on every attempt: it stays failed after the SDK's two retries. Always an
-interactive action, the largest class, so that no model's error ratio comes near the 5% of the
-LLMErrorRatioHigh alert (about 1.5% of the interactive calls of a model fail)."""
+interactive action, the largest class, the models taking turns, so that no model's error ratio
+comes near the 5% of the LLMErrorRatioHigh alert (about 1.5% of each model's interactive calls)."""
 RATE_LIMITED = 0.04
 """Share of user actions after which the simulator rate-limits the next request once (the SDK
 retries it and succeeds: a retry, not an error)."""
@@ -458,6 +458,7 @@ class _Workload:
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.count = 0
+        self.failures = 0
         self.conversations = 0
         self.planned: collections.Counter[tuple[str, str]] = collections.Counter()
         """Calls planned so far per (provider, model), including --server's one model."""
@@ -471,12 +472,16 @@ class _Workload:
         models = OPENAI_MODELS if provider == "openai" else ANTHROPIC_MODELS
         return provider, self.model or self.rng.choice(tuple(models))
 
-    def _least_used_model(self) -> tuple[str, str]:
-        """A new conversation's model: one of those with the fewest calls so far (the seed picks),
-        so that every model has calls in every stretch of the run, however long the conversations."""
+    def _models(self) -> list[tuple[str, str]]:
         options = [("openai", m) for m in OPENAI_MODELS]
         if self.clients.anthropic is not None:
             options += [("anthropic", m) for m in ANTHROPIC_MODELS]
+        return options
+
+    def _least_used_model(self) -> tuple[str, str]:
+        """A new conversation's model: one of those with the fewest calls so far (the seed picks),
+        so that every model has calls in every stretch of the run, however long the conversations."""
+        options = self._models()
         fewest = min(self.planned[o] for o in options)
         provider, model = self.rng.choice([o for o in options if self.planned[o] == fewest])
         return provider, self.model or model
@@ -506,37 +511,44 @@ class _Workload:
         conv_id = f"conv-{self.conversations}"
         return _Conversation(conv_id, length, traffic, provider, model, self._kind(model), system)
 
+    def _action(self) -> _Action:
+        traffic = self.rng.choices([t for t, _ in TRAFFIC], weights=[w for _, w in TRAFFIC])[0]
+        n_calls = self.rng.choice((1, 1, 1, 2))
+        if traffic in ("interactive", "async"):
+            conv = self._conversation(traffic)
+            n_calls = min(n_calls, conv.length - conv.turns)
+            calls = [
+                self._call(conv.provider, conv.model, self.rng.choice(QUESTIONS), conv.system, conv.kind)
+                for _ in range(n_calls)
+            ]
+            conv.turns += n_calls
+            return _Action("answer_question", traffic, calls, conv)
+        calls = []
+        for _ in range(n_calls):
+            provider, model = self._pick_model()
+            calls.append(self._call(provider, model, self.rng.choice(TICKETS), self.rng.random() < 0.7))
+        return _Action("summarize_ticket", traffic, calls)
+
+    def _failing_action(self) -> _Action:
+        """An interactive question whose call the simulator answers 503 on every attempt. The models
+        take turns, so that each one's share of failed calls is the same small one."""
+        from ..sim import FAULT_HEADER
+
+        options = self._models()
+        provider, model = options[self.failures % len(options)]
+        self.failures += 1
+        call = self._call(provider, model, self.rng.choice(QUESTIONS), True)
+        call.headers[FAULT_HEADER] = "server_error;status=503"
+        return _Action("answer_question", "interactive", [call], planned_failure=True)
+
     def plan(self) -> _Action:
         """The next user action (under the lock: the random draws stay in order for a seed)."""
         with self.lock:
             self.count += 1
-            planned_failure = not self.real and self.count % FAIL_EVERY == FAIL_FIRST % FAIL_EVERY
-            traffic = (
-                "interactive"
-                if planned_failure
-                else self.rng.choices([t for t, _ in TRAFFIC], weights=[w for _, w in TRAFFIC])[0]
-            )
-            n_calls = self.rng.choice((1, 1, 1, 2))
-            if traffic in ("interactive", "async"):
-                conv = self._conversation(traffic)
-                n_calls = min(n_calls, conv.length - conv.turns)
-                calls = [
-                    self._call(conv.provider, conv.model, self.rng.choice(QUESTIONS), conv.system, conv.kind)
-                    for _ in range(n_calls)
-                ]
-                conv.turns += n_calls
-                action = _Action("answer_question", traffic, calls, conv)
+            if not self.real and self.count % FAIL_EVERY == FAIL_FIRST % FAIL_EVERY:
+                action = self._failing_action()
             else:
-                calls = []
-                for _ in range(n_calls):
-                    provider, model = self._pick_model()
-                    calls.append(self._call(provider, model, self.rng.choice(TICKETS), self.rng.random() < 0.7))
-                action = _Action("summarize_ticket", traffic, calls)
-            if planned_failure:
-                from ..sim import FAULT_HEADER
-
-                calls[0].headers[FAULT_HEADER] = "server_error;status=503"
-                action.planned_failure = True
+                action = self._action()
             rate_limited = self.rng.random() < RATE_LIMITED
         if rate_limited:
             from ..sim import Fault
