@@ -199,9 +199,8 @@ def _check(args: argparse.Namespace) -> str | None:
             if on
         ]
         if given:
-            raise UsageError(
-                f"{' and '.join(given)} only apply with --server URL (the simulator serves its own models)"
-            )
+            verb = "apply" if len(given) > 1 else "applies"
+            raise UsageError(f"{' and '.join(given)} only {verb} with --server URL (the simulator serves its models)")
     else:
         check_server_url(args.server)
     html = _default_html() if args.html is None else args.html
@@ -387,7 +386,7 @@ def _warm_up(sim: Any, model: str | None) -> tuple[list[str], str | None]:
 
 
 def _describe(exc: BaseException) -> str:
-    message = " ".join(str(exc).split())
+    message = " ".join(str(exc).split()).rstrip(".")
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
