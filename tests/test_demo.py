@@ -192,6 +192,20 @@ def test_calls_that_fail_against_a_server_exit_1_are_counted_and_not_timed() -> 
     assert "(0 successful calls" in done.stdout or "Where the time went" not in done.stdout
 
 
+def test_a_server_without_the_responses_api_is_measured_without_it() -> None:
+    with Simulator(latency=FAST) as server:
+        server.inject(Fault.server_error(status=501), times=None, path="/responses")  # Not Implemented
+        args = ("--server", server.url, "--actions", "6", "--concurrency", "2")
+        done = _demo(*args, "--no-levers", "--html", "")
+        served = server.requests
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [s.path for s in served if s.path.endswith("/responses")] == ["/v1/responses"]  # the warm-up's
+    text = " ".join(done.stdout.split())
+    assert "The server has no Responses API (the warm-up call (streamed responses) to " in text
+    assert "InternalServerError" in text and ": the workload leaves it out." in text
+    assert "failed" not in done.stderr
+
+
 @pytest.mark.parametrize("where", ["no such folder", "a folder"])
 def test_an_html_path_that_cannot_be_written_is_refused_before_measuring(tmp_path: Any, where: str) -> None:
     path = tmp_path / "missing" / "demo.html" if where == "no such folder" else tmp_path

@@ -356,11 +356,22 @@ def _anthropic_call(c: Any, call: _Call) -> str:
     return "".join(block.text for block in message.content if block.type == "text")
 
 
-def _warm_up(sim: Any, model: str | None) -> tuple[list[str], str | None]:
-    """One call of each API kind, each SDK, in parallel, before firsttoken instruments anything.
+@dataclass
+class _WarmUp:
+    kinds: list[str]
+    """The API kinds called."""
+    failure: str | None = None
+    """Why the server cannot be used (nothing would be measured)."""
+    no_responses: str | None = None
+    """With --server: why its openai Responses API is left out of the workload (it has none)."""
 
-    Returns the kinds called and, when one failed, why (with ``--server``: the server cannot be
-    used, and nothing would be measured)."""
+
+NOT_THERE = (404, 405, 501)
+"""HTTP statuses of a server that does not have an API at all (not one that failed a request)."""
+
+
+def _warm_up(sim: Any, model: str | None) -> _WarmUp:
+    """One call of each API kind, each SDK, in parallel, before firsttoken instruments anything."""
     clients = _Clients(sim, max_retries=0, timeout=WARM_UP_TIMEOUT_S)
     calls = [
         ("chat completions", _Call("openai", model or "gpt-4o-mini", "chat", "Hi", 4, False)),
@@ -372,6 +383,7 @@ def _warm_up(sim: Any, model: str | None) -> tuple[list[str], str | None]:
             ("messages", _Call("anthropic", model or "claude-haiku-4-5", "chat", "Hi", 4, False)),
             ("streamed messages", _Call("anthropic", model or "claude-haiku-4-5", "stream", "Hi", 4, False)),
         ]
+    done = _WarmUp([kind for kind, _ in calls])
     try:
         with ThreadPoolExecutor(len(calls)) as pool:
             futures = [(kind, pool.submit(call.run, clients)) for kind, call in calls]
@@ -379,10 +391,16 @@ def _warm_up(sim: Any, model: str | None) -> tuple[list[str], str | None]:
                 try:
                     future.result()
                 except Exception as exc:
-                    return [], f"the warm-up call ({kind}) to {sim.url} failed: {_describe(exc)}"
+                    why = f"the warm-up call ({kind}) to {sim.url} failed: {_describe(exc)}"
+                    real = isinstance(sim, _RealServer)
+                    if real and kind == "streamed responses" and getattr(exc, "status_code", None) in NOT_THERE:
+                        done.no_responses = why
+                        done.kinds.remove(kind)
+                    elif done.failure is None:
+                        done.failure = why
     finally:
         clients.close()
-    return [kind for kind, _ in calls], None
+    return done
 
 
 def _describe(exc: BaseException) -> str:
@@ -454,6 +472,8 @@ class _Workload:
         self.model = model
         """With ``--server``: the one model every call asks for."""
         self.real = isinstance(sim, _RealServer)
+        self.responses = True
+        """Whether the server has the openai Responses API (a --server may not)."""
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.count = 0
@@ -485,12 +505,13 @@ class _Workload:
         provider, model = self.rng.choice([o for o in options if self.planned[o] == fewest])
         return provider, self.model or model
 
-    def _kind(self, model: str) -> str:
-        kinds = ("stream", "chat") if model in SERVER_TIMING else ("stream", "chat", "responses")
+    def _kind(self, provider: str, model: str) -> str:
+        only_chat = model in SERVER_TIMING or (provider == "openai" and not self.responses)
+        kinds = ("stream", "chat") if only_chat else ("stream", "chat", "responses")
         return self.rng.choices(kinds, weights=(6, 2, 2)[: len(kinds)])[0]
 
     def _call(self, provider: str, model: str, question: str, system: bool, kind: str | None = None) -> _Call:
-        kind = kind or self._kind(model)
+        kind = kind or self._kind(provider, model)
         self.planned[(provider, model)] += 1
         call = _Call(provider, model, kind, question, self.rng.randint(24, 72), system)
         if model in SERVER_TIMING and not self.real:
@@ -508,7 +529,7 @@ class _Workload:
         length = self.rng.choice(CONVERSATION_LENGTHS)
         system = self.rng.random() < 0.7
         conv_id = f"conv-{self.conversations}"
-        return _Conversation(conv_id, length, traffic, provider, model, self._kind(model), system)
+        return _Conversation(conv_id, length, traffic, provider, model, self._kind(provider, model), system)
 
     def _action(self) -> _Action:
         traffic = self.rng.choices([t for t, _ in TRAFFIC], weights=[w for _, w in TRAFFIC])[0]
@@ -712,10 +733,10 @@ def main(argv: list[str] | None = None) -> int:
     server = _RealServer(args.server, args.server_anthropic) if args.server else None
     with server or Simulator(models=models, seed=args.seed) as sim:
         progress.show("warming up: one call of each API kind", step=True)
-        kinds, failure = _warm_up(sim, (args.model or "default") if server else None)
+        warm_up = _warm_up(sim, (args.model or "default") if server else None)
         progress.done()
-        if failure is not None:
-            _error(f"{failure}; nothing was measured")
+        if warm_up.failure is not None:
+            _error(f"{warm_up.failure}; nothing was measured")
             return 1
         telemetry = _Telemetry()
         tracer_provider, meter_provider = telemetry.tracer_provider, telemetry.meter_provider
@@ -724,10 +745,15 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         started = time.perf_counter()
         spans = telemetry.spans
-        warm = wrap(WARM_UP_NOTE.format(kinds=", ".join(kinds)), width)
+        warm = wrap(WARM_UP_NOTE.format(kinds=", ".join(warm_up.kinds)), width)
+        if warm_up.no_responses:
+            warm += wrap(
+                f"The server has no Responses API ({warm_up.no_responses}): the workload leaves it out.", width
+            )
         try:
             clients = _Clients(sim)
             workload = _Workload(clients, sim, args.seed, (args.model or "default") if server else None)
+            workload.responses = warm_up.no_responses is None
             if args.continuous:
                 print("\n".join(warm), flush=True)
                 _continuous(workload, spans, args, started, progress, width)
