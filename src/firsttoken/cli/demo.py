@@ -312,7 +312,8 @@ def _openai_call(c: Any, call: _Call) -> str:
         for event in c.responses.create(
             model=call.model,
             instructions=SYSTEM_PROMPT if call.system else None,
-            input=_turns(call),
+            # Each item typed: the Responses API allows leaving "type" out, llama-server does not.
+            input=[{"type": "message", **turn} for turn in _turns(call)],
             max_output_tokens=call.max_tokens,
             stream=True,
             **extra,
