@@ -221,3 +221,21 @@ def test_demo_against_llama_server(llama_server: LlamaServer) -> None:
     assert done.returncode == 0, done.stderr
     assert "Where the time went" in done.stdout
     assert "a call failed" not in done.stderr
+
+
+def test_the_demos_conversation_turns_are_accepted_by_llama_server(llama_server: LlamaServer) -> None:
+    """The demo sends a conversation's history on every turn, through each API kind; llama-server's
+    Responses API refuses input items without a "type" (400 "Cannot determine type of 'item'"),
+    which the official API allows leaving out."""
+    from firsttoken.cli import demo
+
+    client = openai.OpenAI(base_url=f"{llama_server.base_url}/v1", api_key="sk-test", max_retries=0)
+    claude = anthropic.Anthropic(base_url=llama_server.base_url, api_key="sk-test", max_retries=0)
+    history = [("Is there a warranty on wheels?", "Yes, two years.")]
+    clients = type("Clients", (), {"openai": client, "anthropic": claude})()
+    for provider in ("openai", "anthropic"):
+        for kind in ("stream", "chat", "responses"):
+            call = demo._Call(provider, "default", kind, "And on frames?", 4, False, list(history))
+            assert isinstance(call.run(clients), str), (provider, kind)  # type: ignore[arg-type]
+    client.close()
+    claude.close()

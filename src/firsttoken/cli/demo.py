@@ -5,20 +5,28 @@ simulator serves on loopback, spans land in memory, and the report is printed fr
 recorded, not from the demo's own clocks. With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, spans and
 metrics also go there (that is how the docker compose stack fills its dashboards).
 
-Two parts:
+Three parts:
 
-1. the workload: user actions (``firsttoken.action``) of three traffic classes, each making one
-   or more calls, streamed or not, to three OpenAI-style and two Anthropic-style models with
-   their own latency profiles, sharing a long cacheable system prompt; a few calls hit injected
-   rate limits and server errors; reported per model at p50/p95/p99;
-2. the levers: each latency lever as a before/after pair on the simulator, with the measured
+1. the warm-up: one call of each API kind, before firsttoken instruments anything, so that no
+   measured call pays an SDK's first-call cost (the openai SDK's first streamed ``responses`` call
+   in a process takes about 0.4 s more than later ones, with or without firsttoken);
+2. the workload: user actions (``firsttoken.action``) of three traffic classes and none, making
+   one or two calls each, streamed or not, to four OpenAI-style and two Anthropic-style models
+   with their own latency profiles, sharing a long cacheable system prompt. Conversations carry
+   their history from turn to turn (context growth), one model reports the server's own prefill
+   time as Groq does, a few calls are rate limited and retried, and one user action in
+   :data:`FAIL_EVERY` has a call that stays failed after the SDK's retries. Reported per model:
+   failed calls apart, p50/p95/p99 of the successful ones;
+3. the levers: each latency lever as a before/after pair on the simulator, with the measured
    difference (skipped with ``--continuous`` and ``--no-levers``).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextvars
+import gc
 import importlib.util
 import os
 import random
@@ -26,26 +34,34 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 from .. import semconv as sc
 from ..config import FirstTokenWarning
 from .bench_html import write_spans_report
-from .report import collect, percentile, render, where_the_time_went
+from .report import collect, percentile, render, table, terminal_width, where_the_time_went, wrap
 
-# Latency profiles: fast and slow OpenAI-style models, a reasoning one, two Anthropic-style ones.
+# Latency profiles: fast and slow OpenAI-style models, a reasoning one, an open-weights one behind
+# an OpenAI-compatible API that reports its server timing, and two Anthropic-style ones.
 OPENAI_MODELS: dict[str, dict[str, Any]] = {
     "gpt-4o-mini": {"queue_ms": 40, "prefill_ms_per_1k_tokens": 120, "decode_tokens_per_s": 140},
     "gpt-4o": {"queue_ms": 90, "prefill_ms_per_1k_tokens": 300, "decode_tokens_per_s": 70},
     "o3-mini": {"queue_ms": 70, "prefill_ms_per_1k_tokens": 200, "decode_tokens_per_s": 110},
+    "llama-3.3-70b": {"queue_ms": 30, "prefill_ms_per_1k_tokens": 60, "decode_tokens_per_s": 250},
 }
 ANTHROPIC_MODELS: dict[str, dict[str, Any]] = {
     "claude-haiku-4-5": {"queue_ms": 50, "prefill_ms_per_1k_tokens": 100, "decode_tokens_per_s": 150},
     "claude-sonnet-4-6": {"queue_ms": 110, "prefill_ms_per_1k_tokens": 250, "decode_tokens_per_s": 80},
 }
+SERVER_TIMING = {"llama-3.3-70b": "groq"}
+"""Models whose simulated server reports its queue, prefill (``prompt``) and decode time in the
+response body, Groq's way (chat completions only): firsttoken.client.server_timing.* and the
+"server prefill vs the rest" panel."""
 # A long, stable system prompt: calls that share it hit the simulator's prompt cache.
 SYSTEM_PROMPT = "You are the support assistant of a bicycle shop. Answer briefly and precisely. " + " ".join(
     f"Policy {i}: repairs are booked online, parts are ordered within {i % 5 + 1} days." for i in range(90)
@@ -57,15 +73,50 @@ QUESTIONS = (
     "What does a full tune-up include?",
     "Is there a warranty on wheels?",
 )
-TRAFFIC = (("interactive", 6), ("async", 3), ("batch", 1))
+TICKETS = (
+    "Summarize this ticket: the customer's rear derailleur skips gears after a repair.",
+    "Summarize this ticket: an order of brake pads arrived without the retaining pins.",
+    "Summarize this ticket: a customer asks whether a carbon frame can be repainted.",
+)
+TRAFFIC: tuple[tuple[str | None, int], ...] = (("interactive", 6), ("async", 3), ("batch", 1), (None, 1))
+"""Traffic classes of the user actions and their weights; ``None``: actions outside any class
+(their calls carry no firsttoken.traffic_class, and the default targets apply)."""
+CONVERSATION_LENGTHS = (1, 3, 6, 12, 20, 36)
+"""Turns a conversation runs for before it ends: its calls pass through every turn bucket
+(1, 2-3, 4-7, 8-15, 16-31, 32+) of firsttoken.client.conversation.*."""
+FAIL_EVERY = 100
+FAIL_FIRST = 20
+"""The FAIL_FIRST-th user action and every FAIL_EVERY-th after it have a call that the simulator
+answers with 503 on every attempt: it stays failed after the SDK's two retries. Always an
+interactive action, the largest class, the models taking turns, so that no model's error ratio
+comes near the 5% of the LLMErrorRatioHigh alert (about 1.5% of each model's interactive calls)."""
+RATE_LIMITED = 0.04
+"""Share of user actions after which the simulator rate-limits the next request once (the SDK
+retries it and succeeds: a retry, not an error)."""
 OPENAI_KEY = "sk-demo-not-a-real-key"
+ANTHROPIC_KEY = "sk-ant-demo-not-a-real-key"
 CTRL_C_FLUSH_S = 1.0
 """After Ctrl-C in --continuous, the most the last flush to the collector may take."""
-ANTHROPIC_KEY = "sk-ant-demo-not-a-real-key"
+WARM_UP_TIMEOUT_S = 60.0
+"""A warm-up call to a --server that takes longer than this is an error (the SDK connects within 5 s)."""
+WARM_UP_NOTE = (
+    "Warm-up: before measuring, each API kind ({kinds}) was called once, not instrumented: a "
+    "process's first call of a kind pays the SDK's own first-call cost (the openai SDK's first "
+    "streamed responses call takes about 0.4 s more than later ones), which is not the model's latency."
+)
+
+
+class UsageError(Exception):
+    """A flag that cannot work: one line, exit 2, before anything is measured."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"firsttoken demo: error: {message} (firsttoken demo --help lists the options)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="firsttoken demo",
         description="Drive a varied workload through the real openai and anthropic SDKs against the built-in "
         "simulator and print what firsttoken measured, then measure each latency lever before and after.",
@@ -77,8 +128,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--html",
         metavar="PATH",
-        default=os.path.join(tempfile.gettempdir(), "firsttoken-demo.html"),
-        help="write the workload's HTML report there, as firsttoken bench does ('' for none; default: %(default)s)",
+        help="write the workload's HTML report there, as firsttoken bench does ('' for none; default: "
+        f"{_default_html()})",
     )
     p.add_argument(
         "--continuous",
@@ -95,13 +146,72 @@ def _parser() -> argparse.ArgumentParser:
         help="run the workload against this OpenAI-compatible server (e.g. http://127.0.0.1:8080 for llama.cpp's "
         "llama-server) instead of the simulator: no injected faults, no levers; key from OPENAI_API_KEY",
     )
-    p.add_argument("--model", default="default", help="the model to ask for with --server (default: %(default)s)")
+    p.add_argument("--model", help="with --server: the model every call asks for (default: default)")
     p.add_argument(
         "--server-anthropic",
         action="store_true",
         help="with --server, also call its Anthropic Messages API (llama-server has one); key from ANTHROPIC_API_KEY",
     )
     return p
+
+
+def _default_html() -> str:
+    return os.path.join(tempfile.gettempdir(), "firsttoken-demo.html")
+
+
+def check_server_url(url: str) -> str:
+    """The --server URL, checked as ``firsttoken bench`` checks base URLs; :class:`UsageError` if unusable."""
+    if not url.startswith(("http://", "https://")):
+        raise UsageError(f"--server {url!r} must start with http:// or https://")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        raise UsageError(f"--server {url!r} is not a URL: {exc}") from None
+    if not parts.hostname:
+        raise UsageError(f"--server {url!r} names no host")
+    return url
+
+
+def check_html_path(path: str) -> None:
+    """Whether the report can be written there, tried now (not after the run): :class:`UsageError` if not."""
+    if os.path.isdir(path):
+        raise UsageError(f"--html {path!r} is a directory; give a file name")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--html {path!r}: cannot write there: {exc.strerror}") from None
+    if not existed:
+        os.remove(path)
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    """Every flag checked before anything runs; returns the HTML report's path (None: no report)."""
+    for name in ("actions", "concurrency", "interval"):
+        if getattr(args, name) <= 0:
+            raise UsageError(f"--{name} must be positive, got {getattr(args, name)}")
+    if args.server is None:
+        given = [
+            flag
+            for flag, on in (("--model", args.model is not None), ("--server-anthropic", args.server_anthropic))
+            if on
+        ]
+        if given:
+            verb = "apply" if len(given) > 1 else "applies"
+            raise UsageError(f"{' and '.join(given)} only {verb} with --server URL (the simulator serves its models)")
+    else:
+        check_server_url(args.server)
+    html = _default_html() if args.html is None else args.html
+    if not html:
+        return None
+    if importlib.util.find_spec("plotly") is None:
+        if args.html is None:
+            return None  # the default report needs the cli extra; said at the end
+        raise UsageError("--html needs plotly: pip install 'plotly>=5.20' (firsttoken's cli extra)")
+    check_html_path(html)
+    return html
 
 
 class _RealServer:
@@ -124,28 +234,35 @@ class _RealServer:
         return None
 
 
+def _anthropic_sdk() -> Any:
+    try:
+        import anthropic
+    except ImportError:
+        return None
+    return anthropic
+
+
 class _Clients:
     """One client per SDK, reused by every call: the way apps should do it."""
 
-    def __init__(self, sim: Any) -> None:
+    def __init__(self, sim: Any, *, max_retries: int = 2, timeout: float | None = None) -> None:
         import openai
 
         real = isinstance(sim, _RealServer)
         openai_key = os.environ.get("OPENAI_API_KEY", OPENAI_KEY) if real else OPENAI_KEY
-        self.openai = openai.OpenAI(base_url=sim.openai_base_url, api_key=openai_key, max_retries=2)
+        options: dict[str, Any] = {"max_retries": max_retries}
+        if timeout is not None:
+            options["timeout"] = timeout
+        self.openai = openai.OpenAI(base_url=sim.openai_base_url, api_key=openai_key, **options)
         self.anthropic: Any = None
         where = f"against {sim.url}" if real else "against the built-in simulator"
         #: What the report's title says the calls went through, and to what.
         self.through = f"through the openai SDK {openai.__version__}, {where}"
-        if sim.anthropic_base_url is None:
+        anthropic = _anthropic_sdk()
+        if sim.anthropic_base_url is None or anthropic is None:
             return
         anthropic_key = os.environ.get("ANTHROPIC_API_KEY", ANTHROPIC_KEY) if real else ANTHROPIC_KEY
-        try:
-            import anthropic
-
-            self.anthropic = anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key=anthropic_key, max_retries=2)
-        except ImportError:
-            return
+        self.anthropic = anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key=anthropic_key, **options)
         self.through = (
             f"through the openai SDK {openai.__version__} and the anthropic SDK {anthropic.__version__}, {where}"
         )
@@ -156,52 +273,195 @@ class _Clients:
             self.anthropic.close()
 
 
-def _messages(question: str, cached: bool) -> list[dict[str, str]]:
-    msgs = [{"role": "user", "content": question}]
-    return [{"role": "system", "content": SYSTEM_PROMPT}, *msgs] if cached else msgs
+# -- one call -------------------------------------------------------------------------------------
 
 
-def _openai_call(c: Any, model: str, question: str, kind: str, max_tokens: int, cached: bool) -> None:
-    if kind == "responses":
-        for _ in c.responses.create(
-            model=model,
-            instructions=SYSTEM_PROMPT if cached else None,
-            input=question,
-            max_output_tokens=max_tokens,
+@dataclass
+class _Call:
+    """One LLM call of an action: what to ask, of which model, through which API."""
+
+    provider: str  # "openai" or "anthropic"
+    model: str
+    kind: str  # "stream", "chat" or "responses" (for anthropic: the stream helper's aggregate)
+    question: str
+    max_tokens: int
+    system: bool  # with the long, cacheable system prompt
+    history: list[tuple[str, str]] = field(default_factory=list)
+    """The conversation's earlier turns (question, answer), sent before the question."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Simulator instructions: server-timing style, a fault on every attempt of this call."""
+
+    def run(self, clients: _Clients) -> str:
+        """Make the call; the answer's text."""
+        if self.provider == "openai":
+            return _openai_call(clients.openai, self)
+        return _anthropic_call(clients.anthropic, self)
+
+
+def _turns(call: _Call) -> list[dict[str, str]]:
+    msgs = []
+    for question, answer in call.history:
+        msgs += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    return [*msgs, {"role": "user", "content": call.question}]
+
+
+def _openai_call(c: Any, call: _Call) -> str:
+    extra: dict[str, Any] = {"extra_headers": call.headers} if call.headers else {}
+    if call.kind == "responses":
+        text = []
+        for event in c.responses.create(
+            model=call.model,
+            instructions=SYSTEM_PROMPT if call.system else None,
+            # Each item typed: the Responses API allows leaving "type" out, llama-server does not.
+            input=[{"type": "message", **turn} for turn in _turns(call)],
+            max_output_tokens=call.max_tokens,
             stream=True,
+            **extra,
         ):
-            pass
-    elif kind == "chat":
-        c.chat.completions.create(model=model, messages=_messages(question, cached), max_tokens=max_tokens)
-    else:
-        for _ in c.chat.completions.create(
-            model=model,
-            messages=_messages(question, cached),
-            max_tokens=max_tokens,
-            stream=True,
-            stream_options={"include_usage": True},
-        ):
-            pass
+            if event.type == "response.output_text.delta":
+                text.append(event.delta)
+        return "".join(text)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}] if call.system else []
+    messages += _turns(call)
+    if call.kind == "chat":
+        response = c.chat.completions.create(model=call.model, messages=messages, max_tokens=call.max_tokens, **extra)
+        return response.choices[0].message.content or "" if response.choices else ""
+    text = []
+    for chunk in c.chat.completions.create(
+        model=call.model,
+        messages=messages,
+        max_tokens=call.max_tokens,
+        stream=True,
+        stream_options={"include_usage": True},
+        **extra,
+    ):
+        if chunk.choices and chunk.choices[0].delta.content:
+            text.append(chunk.choices[0].delta.content)
+    return "".join(text)
 
 
-def _anthropic_call(c: Any, model: str, question: str, kind: str, max_tokens: int, cached: bool) -> None:
-    system: Any = [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}] if cached else None
-    kwargs: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens,
-        "messages": [{"role": "user", "content": question}],
-    }
-    if system is not None:
-        kwargs["system"] = system
-    if kind == "chat":
-        c.messages.create(**kwargs)
-    elif kind == "responses":  # the stream helper, consumed through its aggregate only
+def _anthropic_call(c: Any, call: _Call) -> str:
+    kwargs: dict[str, Any] = {"model": call.model, "max_tokens": call.max_tokens, "messages": _turns(call)}
+    if call.system:
+        kwargs["system"] = [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}]
+    if call.headers:
+        kwargs["extra_headers"] = call.headers
+    if call.kind == "chat":
+        message = c.messages.create(**kwargs)
+    elif call.kind == "responses":  # the stream helper, consumed through its aggregate only
         with c.messages.stream(**kwargs) as stream:
-            stream.get_final_message()
+            message = stream.get_final_message()
     else:
         with c.messages.stream(**kwargs) as stream:
-            for _ in stream.text_stream:
-                pass
+            return "".join(stream.text_stream)
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
+@dataclass
+class _WarmUp:
+    kinds: list[str]
+    """The API kinds called."""
+    failure: str | None = None
+    """Why the server cannot be used (nothing would be measured)."""
+    no_responses: str | None = None
+    """With --server: why its openai Responses API is left out of the workload (it has none)."""
+
+
+NOT_THERE = (404, 405, 501)
+"""HTTP statuses of a server that does not have an API at all (not one that failed a request)."""
+
+
+def _warm_up(sim: Any, model: str | None) -> _WarmUp:
+    """One call of each API kind, each SDK, in parallel, before firsttoken instruments anything."""
+    clients = _Clients(sim, max_retries=0, timeout=WARM_UP_TIMEOUT_S)
+    calls = [
+        ("chat completions", _Call("openai", model or "gpt-4o-mini", "chat", "Hi", 4, False)),
+        ("streamed chat completions", _Call("openai", model or "gpt-4o-mini", "stream", "Hi", 4, False)),
+        ("streamed responses", _Call("openai", model or "gpt-4o-mini", "responses", "Hi", 4, False)),
+    ]
+    if clients.anthropic is not None:
+        calls += [
+            ("messages", _Call("anthropic", model or "claude-haiku-4-5", "chat", "Hi", 4, False)),
+            ("streamed messages", _Call("anthropic", model or "claude-haiku-4-5", "stream", "Hi", 4, False)),
+        ]
+    done = _WarmUp([kind for kind, _ in calls])
+    try:
+        with ThreadPoolExecutor(len(calls)) as pool:
+            futures = [(kind, pool.submit(call.run, clients)) for kind, call in calls]
+            for kind, future in futures:
+                try:
+                    future.result()
+                except Exception as exc:
+                    why = f"the warm-up call ({kind}) to {sim.url} failed: {_describe(exc)}"
+                    real = isinstance(sim, _RealServer)
+                    if real and kind == "streamed responses" and getattr(exc, "status_code", None) in NOT_THERE:
+                        done.no_responses = why
+                        done.kinds.remove(kind)
+                    elif done.failure is None:
+                        done.failure = why
+    finally:
+        clients.close()
+    return done
+
+
+def _describe(exc: BaseException) -> str:
+    message = " ".join(str(exc).split()).rstrip(".")
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+# -- the workload ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Conversation:
+    """A user's conversation with one model: each call is a turn, its answer part of the next prompt."""
+
+    id: str
+    length: int
+    traffic: str
+    provider: str
+    model: str
+    kind: str
+    """One API kind for the whole conversation, as an app's chat feature uses one."""
+    system: bool
+    turns: int = 0
+    history: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class _Action:
+    """What one user action does, decided up front (deterministic for a seed)."""
+
+    name: str
+    traffic: str | None
+    calls: list[_Call]
+    conversation: _Conversation | None = None
+    planned_failure: bool = False
+
+
+class _Outcomes:
+    """How the user actions ended: planned failures apart from the rest, each kind of error said once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = 0
+        self.planned = 0
+        self.failed: dict[str, int] = {}
+        self.first: dict[str, str] = {}
+
+    def failure(self, exc: BaseException, quiet: bool) -> None:
+        kind = type(exc).__name__
+        with self.lock:
+            self.failed[kind] = self.failed.get(kind, 0) + 1
+            first = kind not in self.first
+            if first:
+                self.first[kind] = _describe(exc)
+        if first and not quiet:
+            print(f"  (a user action failed: {self.first[kind]})", file=sys.stderr, flush=True)
+
+    @property
+    def unexpected(self) -> int:
+        return sum(self.failed.values())
 
 
 class _Workload:
@@ -212,57 +472,146 @@ class _Workload:
         self.sim = sim
         self.model = model
         """With ``--server``: the one model every call asks for."""
+        self.real = isinstance(sim, _RealServer)
+        self.responses = True
+        """Whether the server has the openai Responses API (a --server may not)."""
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.count = 0
+        self.failures = 0
+        self.conversations = 0
+        self.planned: collections.Counter[tuple[str, str]] = collections.Counter()
+        """Calls planned so far per (provider, model), including --server's one model."""
+        self.idle: list[_Conversation] = []
+        """Conversations between turns; an action takes one (or starts one) and gives it back."""
+        self.outcomes = _Outcomes()
 
-    def _pick_call(self) -> Callable[[], None]:
-        providers = ["openai"] * 3 + (["anthropic"] * 2 if self.clients.anthropic is not None else [])
+    def _pick_model(self) -> tuple[str, str]:
+        providers = ["openai"] * 4 + (["anthropic"] * 2 if self.clients.anthropic is not None else [])
         provider = self.rng.choice(providers)
         models = OPENAI_MODELS if provider == "openai" else ANTHROPIC_MODELS
-        model = self.model or self.rng.choice(tuple(models))
-        question = self.rng.choice(QUESTIONS)
-        kind = self.rng.choices(("stream", "chat", "responses"), weights=(6, 2, 2))[0]
-        max_tokens = self.rng.randint(24, 72)
-        cached = self.rng.random() < 0.7
-        if provider == "openai":
-            return lambda: _openai_call(self.clients.openai, model, question, kind, max_tokens, cached)
-        return lambda: _anthropic_call(self.clients.anthropic, model, question, kind, max_tokens, cached)
+        return provider, self.model or self.rng.choice(tuple(models))
 
-    def next_action(self) -> Callable[[], None]:
-        import firsttoken
+    def _models(self) -> list[tuple[str, str]]:
+        options = [("openai", m) for m in OPENAI_MODELS]
+        if self.clients.anthropic is not None:
+            options += [("anthropic", m) for m in ANTHROPIC_MODELS]
+        return options
 
-        from ..sim import Fault
+    def _least_used_model(self) -> tuple[str, str]:
+        """A new conversation's model: one of those with the fewest calls so far (the seed picks),
+        so that every model has calls in every stretch of the run, however long the conversations."""
+        options = self._models()
+        fewest = min(self.planned[o] for o in options)
+        provider, model = self.rng.choice([o for o in options if self.planned[o] == fewest])
+        return provider, self.model or model
 
+    def _kind(self, provider: str, model: str) -> str:
+        only_chat = model in SERVER_TIMING or (provider == "openai" and not self.responses)
+        kinds = ("stream", "chat") if only_chat else ("stream", "chat", "responses")
+        return self.rng.choices(kinds, weights=(6, 2, 2)[: len(kinds)])[0]
+
+    def _call(self, provider: str, model: str, question: str, system: bool, kind: str | None = None) -> _Call:
+        kind = kind or self._kind(provider, model)
+        self.planned[(provider, model)] += 1
+        call = _Call(provider, model, kind, question, self.rng.randint(24, 72), system)
+        if model in SERVER_TIMING and not self.real:
+            from ..sim import PROVIDER_HEADER
+
+            call.headers[PROVIDER_HEADER] = SERVER_TIMING[model]
+        return call
+
+    def _conversation(self, traffic: str) -> _Conversation:
+        for n in range(len(self.idle) - 1, -1, -1):  # the latest given back: conversations grow deep
+            if self.idle[n].traffic == traffic:
+                return self.idle.pop(n)
+        self.conversations += 1
+        provider, model = self._least_used_model()
+        length = self.rng.choice(CONVERSATION_LENGTHS)
+        system = self.rng.random() < 0.7
+        conv_id = f"conv-{self.conversations}"
+        return _Conversation(conv_id, length, traffic, provider, model, self._kind(provider, model), system)
+
+    def _action(self) -> _Action:
+        traffic = self.rng.choices([t for t, _ in TRAFFIC], weights=[w for _, w in TRAFFIC])[0]
+        n_calls = self.rng.choice((1, 1, 1, 2))
+        if traffic in ("interactive", "async"):
+            conv = self._conversation(traffic)
+            n_calls = min(n_calls, conv.length - conv.turns)
+            calls = [
+                self._call(conv.provider, conv.model, self.rng.choice(QUESTIONS), conv.system, conv.kind)
+                for _ in range(n_calls)
+            ]
+            conv.turns += n_calls
+            return _Action("answer_question", traffic, calls, conv)
+        calls = []
+        for _ in range(n_calls):
+            provider, model = self._pick_model()
+            calls.append(self._call(provider, model, self.rng.choice(TICKETS), self.rng.random() < 0.7))
+        return _Action("summarize_ticket", traffic, calls)
+
+    def _failing_action(self) -> _Action:
+        """An interactive question whose call the simulator answers 503 on every attempt. The models
+        take turns, so that each one's share of failed calls is the same small one."""
+        from ..sim import FAULT_HEADER
+
+        options = self._models()
+        provider, model = options[self.failures % len(options)]
+        self.failures += 1
+        call = self._call(provider, model, self.rng.choice(QUESTIONS), True)
+        call.headers[FAULT_HEADER] = "server_error;status=503"
+        return _Action("answer_question", "interactive", [call], planned_failure=True)
+
+    def plan(self) -> _Action:
+        """The next user action (under the lock: the random draws stay in order for a seed)."""
         with self.lock:
             self.count += 1
-            traffic = self.rng.choices([t for t, _ in TRAFFIC], weights=[w for _, w in TRAFFIC])[0]
-            calls = [self._pick_call() for _ in range(self.rng.choice((1, 1, 1, 2)))]
-            conversation = f"conv-{self.rng.randint(1, 6)}"
-            fault = self.rng.random()
-        if fault < 0.04:  # the SDK retries and succeeds: visible as a retry, not an error
-            self.sim.inject(Fault.rate_limit(retry_after=0.05))
-        elif fault < 0.06:  # more failures than the SDK's two retries: the call fails
-            self.sim.inject(Fault.server_error(status=503), times=3)
+            if not self.real and self.count % FAIL_EVERY == FAIL_FIRST % FAIL_EVERY:
+                action = self._failing_action()
+            else:
+                action = self._action()
+            rate_limited = self.rng.random() < RATE_LIMITED
+        if rate_limited:
+            from ..sim import Fault
 
-        def act() -> None:
-            with firsttoken.action("answer_question", traffic_class=traffic, conversation_id=conversation):
+            self.sim.inject(Fault.rate_limit(retry_after=0.05))
+        return action
+
+    def _release(self, conv: _Conversation) -> None:
+        with self.lock:
+            if conv.turns < conv.length:
+                self.idle.append(conv)
+
+    def run(self, quiet: threading.Event | None = None) -> None:
+        """Plan and run one user action; its failure, if any, is counted (never raised)."""
+        import firsttoken
+
+        action = self.plan()
+        conv = action.conversation
+        try:
+            with firsttoken.action(
+                action.name, traffic_class=action.traffic, conversation_id=conv.id if conv else None
+            ):
                 with firsttoken.phase("retrieve"):
                     time.sleep(0.005)
-                for call in calls:
-                    call()
+                for call in action.calls:
+                    call.history = list(conv.history) if conv else []
+                    answer = call.run(self.clients)
+                    if conv:
+                        conv.history.append((call.question, answer))
                 with firsttoken.phase("render"):
                     time.sleep(0.002)
-
-        return act
-
-
-def _run(action: Callable[[], None], quiet: threading.Event | None = None) -> None:
-    try:
-        action()
-    except Exception as exc:  # an injected fault the SDK's retries did not absorb: counted from the spans
-        if quiet is None or not quiet.is_set():
-            print(f"  (a call failed as injected: {type(exc).__name__})", file=sys.stderr)
+        except Exception as exc:
+            if action.planned_failure and getattr(exc, "status_code", None) == 503:
+                with self.outcomes.lock:
+                    self.outcomes.planned += 1
+            else:
+                self.outcomes.failure(exc, quiet=quiet is not None and quiet.is_set())
+        finally:
+            if conv:
+                self._release(conv)
+            with self.outcomes.lock:
+                self.outcomes.done += 1
 
 
 class _Telemetry:
@@ -338,27 +687,36 @@ class _Progress:
         self._last = ""
 
 
-def _notes(caught: list[warnings.WarningMessage]) -> list[str]:
-    """firsttoken's warnings, as the report's own lines (not a source line in the middle of it)."""
+def _firsttoken_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    """firsttoken's warnings among ``caught``, each text once, in order."""
     seen: list[str] = []
     for w in caught:
         text = str(w.message)
         if issubclass(w.category, FirstTokenWarning) and text not in seen:
             seen.append(text)
-    return [f"note: {text}" for text in seen]
+    return seen
+
+
+def _notes(caught: list[warnings.WarningMessage], width: int) -> list[str]:
+    """firsttoken's warnings, as the report's own lines (not a source line in the middle of it)."""
+    return [line for text in _firsttoken_warnings(caught) for line in wrap(f"note: {text}", width, subsequent="  ")]
+
+
+def _error(message: str) -> None:
+    print(f"firsttoken demo: error: {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    for name in ("actions", "concurrency", "interval"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name} must be positive, got {getattr(args, name)}")
+    args = _parser().parse_args(argv)
+    try:
+        html = _check(args)
+    except UsageError as exc:
+        _error(str(exc))
+        return 2
     if importlib.util.find_spec("openai") is None:
-        print(
+        _error(
             "firsttoken demo drives the official openai SDK, which is not installed: "
-            "pip install 'openai>=3.0,<4' (firsttoken's openai extra)",
-            file=sys.stderr,
+            "pip install 'openai>=3.0,<4' (firsttoken's openai extra)"
         )
         return 2
 
@@ -366,39 +724,54 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..sim import LatencyModel, Simulator
 
-    telemetry = _Telemetry()
-    if not firsttoken.instrument(tracer_provider=telemetry.tracer_provider, meter_provider=telemetry.meter_provider):
-        print("firsttoken could not instrument the SDKs (see the warning above)", file=sys.stderr)
-        return 1
-
+    width = terminal_width()
     profiles = {**OPENAI_MODELS, **ANTHROPIC_MODELS}
     models = {name: LatencyModel(**profile, jitter=0.25) for name, profile in profiles.items()}
-    started = time.perf_counter()
     progress = _Progress()
-    spans = telemetry.spans
     html_line = None
     clients: _Clients | None = None
-    try:
-        server = _RealServer(args.server, args.server_anthropic) if args.server else None
-        with server or Simulator(models=models, seed=args.seed) as sim:
+    workload: _Workload | None = None
+    server = _RealServer(args.server, args.server_anthropic) if args.server else None
+    with server or Simulator(models=models, seed=args.seed) as sim:
+        progress.show("warming up: one call of each API kind", step=True)
+        warm_up = _warm_up(sim, (args.model or "default") if server else None)
+        progress.done()
+        if warm_up.failure is not None:
+            _error(f"{warm_up.failure}; nothing was measured")
+            return 1
+        telemetry = _Telemetry()
+        tracer_provider, meter_provider = telemetry.tracer_provider, telemetry.meter_provider
+        if not firsttoken.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider):
+            _error("firsttoken could not instrument the SDKs (see the warning above)")
+            return 1
+        started = time.perf_counter()
+        spans = telemetry.spans
+        warm = wrap(WARM_UP_NOTE.format(kinds=", ".join(warm_up.kinds)), width)
+        if warm_up.no_responses:
+            warm += wrap(
+                f"The server has no Responses API ({warm_up.no_responses}): the workload leaves it out.", width
+            )
+        try:
             clients = _Clients(sim)
-            workload = _Workload(clients, sim, args.seed, args.model if server else None)
+            workload = _Workload(clients, sim, args.seed, (args.model or "default") if server else None)
+            workload.responses = warm_up.no_responses is None
             if args.continuous:
-                _continuous(workload, spans, args, started, progress)
+                print("\n".join(warm), flush=True)
+                _continuous(workload, spans, args, started, progress, width)
                 # Ctrl-C: flush briefly, then leave at once. Calls still in flight are dropped with
                 # their daemon threads; closing the simulator under them and tearing the interpreter
                 # down would only add seconds to a Ctrl-C (nothing else is left to clean up).
                 print(telemetry.close(timeout_s=CTRL_C_FLUSH_S, shutdown=False), flush=True)
+                code = _exit_code(workload, server is not None, width)
+                sys.stdout.flush()
                 sys.stderr.flush()
-                os._exit(0)
-            done = [0]
-            lock = threading.Lock()
+                os._exit(code)
 
             def run_one(_: int) -> None:
-                _run(workload.next_action())
-                with lock:
-                    done[0] += 1
-                    progress.show(f"workload: {done[0]}/{args.actions} user actions", step=done[0] == 1)
+                assert workload is not None
+                workload.run()
+                done = workload.outcomes.done
+                progress.show(f"workload: {done}/{args.actions} user actions", step=done == 1)
 
             progress.show(f"workload: 0/{args.actions} user actions", step=True)
             with warnings.catch_warnings(record=True) as caught:
@@ -406,31 +779,55 @@ def main(argv: list[str] | None = None) -> int:
                 with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
                     list(pool.map(run_one, range(args.actions)))
             progress.done()
-            print(_report(spans.get_finished_spans(), started, clients.through, notes=_notes(caught)), flush=True)
-            if args.html:  # before the levers, which clear the spans
-                html_line = write_spans_report(spans.get_finished_spans(), args.html, title="firsttoken demo")
+            report = _report(
+                spans.get_finished_spans(),
+                started,
+                clients.through,
+                width=width,
+                notes=["", *warm, *_notes(caught, width)],
+                workload=workload,
+            )
+            print(report, flush=True)
+            if html:  # before the levers, which clear the spans
+                html_line = write_spans_report(spans.get_finished_spans(), html, title="firsttoken demo")
             if not args.no_levers and server is not None:
                 print("\n(the levers are measured against the simulator: run without --server)", flush=True)
             elif not args.no_levers:
                 print("\nmeasuring the latency levers (before / after)...", flush=True)
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always", FirstTokenWarning)
-                    table = _levers(sim, clients, spans, progress)
-                progress.done()
-                print("\n".join([table, *_notes(caught)]), flush=True)
+                print(_levers(sim, clients, spans, progress, width), flush=True)
             clients.close()
-    except KeyboardInterrupt:
-        progress.done()
-        print(_report(spans.get_finished_spans(), started, clients.through if clients else ""), flush=True)
-    finally:
-        firsttoken.uninstrument()
+        except KeyboardInterrupt:
+            progress.done()
+            through = clients.through if clients else ""
+            print(_report(spans.get_finished_spans(), started, through, width=width, workload=workload), flush=True)
+        finally:
+            firsttoken.uninstrument()
+    code = 0
     if html_line:
-        print(html_line, flush=True)
+        print(f"\n{html_line}", flush=True)
+        if html_line.startswith("No HTML report"):
+            code = 1
+    elif html is None and args.html is None and importlib.util.find_spec("plotly") is None:
+        print("No HTML report: it needs plotly: pip install 'plotly>=5.20' (firsttoken's cli extra).", flush=True)
     print(telemetry.close(), flush=True)
-    return 0
+    if workload is not None:
+        code = _exit_code(workload, server is not None, width) or code
+    return code
 
 
-def _continuous(workload: _Workload, spans: Any, args: Any, started: float, progress: _Progress) -> None:
+def _exit_code(workload: _Workload, real: bool, width: int) -> int:
+    """1 when user actions failed other than as planned (say so on stderr), else 0."""
+    outcomes = workload.outcomes
+    if not outcomes.unexpected:
+        return 0
+    kinds = "; ".join(f"{n} x {outcomes.first[kind]}" for kind, n in outcomes.failed.items())
+    where = f"against {workload.sim.url} (nothing is injected with --server)" if real else "(not injected)"
+    message = f"{outcomes.unexpected} of {outcomes.done} user actions failed {where}: {kinds}"
+    print("\n".join(wrap(f"firsttoken demo: error: {message}", width, subsequent="  ")), file=sys.stderr, flush=True)
+    return 1
+
+
+def _continuous(workload: _Workload, spans: Any, args: Any, started: float, progress: _Progress, width: int) -> None:
     """Workers run actions until Ctrl-C; every --interval seconds, a report of that window.
 
     The workers are daemon threads: on Ctrl-C the report and the bounded flush happen at once, and
@@ -439,11 +836,22 @@ def _continuous(workload: _Workload, spans: Any, args: Any, started: float, prog
 
     def worker() -> None:
         while not stop.is_set():
-            _run(workload.next_action(), quiet=stop)
+            workload.run(quiet=stop)
 
     for n in range(args.concurrency):
         threading.Thread(target=worker, name=f"demo-worker-{n}", daemon=True).start()
     window_start = time.perf_counter()
+
+    def report(now: float) -> str:
+        return _report(
+            spans.get_finished_spans(),
+            window_start,
+            workload.clients.through,
+            since_start=now - started,
+            width=width,
+            workload=workload,
+        )
+
     try:
         while True:
             deadline = window_start + args.interval
@@ -452,20 +860,13 @@ def _continuous(workload: _Workload, spans: Any, args: Any, started: float, prog
                 time.sleep(min(left, 0.5))
             progress.done()
             now = time.perf_counter()
-            print(
-                _report(spans.get_finished_spans(), window_start, workload.clients.through, since_start=now - started),
-                flush=True,
-            )
+            print(report(now), flush=True)
             spans.clear()
             window_start = now
     except KeyboardInterrupt:
         stop.set()
         progress.done()
-        now = time.perf_counter()
-        print(
-            _report(spans.get_finished_spans(), window_start, workload.clients.through, since_start=now - started),
-            flush=True,
-        )
+        print(report(time.perf_counter()), flush=True)
     finally:
         stop.set()
 
@@ -477,10 +878,13 @@ def _report(
     *,
     since_start: float | None = None,
     notes: list[str] | None = None,
+    width: int = 100,
+    workload: _Workload | None = None,
 ) -> str:
     finished = list(finished)
     stats = collect(finished)
     calls = sum(s.calls for s in stats.values())
+    errors = sum(s.errors for s in stats.values())
     actions = [s for s in finished if s.attributes and sc.FT_ACTION_LLM_CALLS in s.attributes]
     elapsed = time.perf_counter() - window_start
     what = f"{len(actions)} user actions, {calls} LLM calls {through}"
@@ -489,22 +893,37 @@ def _report(
     else:
         title = f"firsttoken demo, the last {elapsed:.0f} s: {what} (running for {since_start:.0f} s)"
     app = [(s.end_time - s.start_time) / 1e9 for s in actions if s.end_time and s.start_time]
-    lines = [render(stats, title=title), ""]
+    lines = [render(stats, title=title, width=width), ""]
+    if errors and workload is not None and not workload.real:
+        lines += wrap(
+            f"Failed calls: the simulator answers one call of the {FAIL_FIRST}th user action, and of every "
+            f"{FAIL_EVERY}th after it, with 503 on every attempt, so that it stays failed after the SDK's "
+            "retries (other injected faults, rate limits, are retried away). Anything else that failed is "
+            "said on stderr.",
+            width,
+        )
+        lines.append("")
+    elif errors:
+        lines += wrap(f"Failed calls: {errors} of {calls}; nothing is injected with --server (see stderr).", width)
+        lines.append("")
     if app:
         p50, p95, p99 = (percentile(app, q) or 0.0 for q in (50, 95, 99))
-        lines.append(
+        lines += wrap(
             f"Application end-to-end (user action -> rendered), {len(app)} actions: "
-            f"p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
+            f"p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms",
+            width,
         )
-    breakdown = where_the_time_went(finished)
+    breakdown = where_the_time_went(finished, width=width)
     if breakdown:
         lines += ["", *breakdown]
-    lines += [
-        "",
-        "TTFT: SDK call to the first chunk carrying output (streamed calls). TPOT: decode time per output",
+    lines.append("")
+    lines += wrap(
+        "TTFT: SDK call to the first chunk carrying output (streamed calls). TPOT: decode time per output "
         "token after the first. End-to-end: SDK call to the last byte. Cache hit: cached / input tokens.",
-    ]
-    lines += notes or []
+        width,
+    )
+    for note in notes or []:
+        lines.append(note)
     return "\n".join(lines)
 
 
@@ -537,7 +956,44 @@ def _measure(spans: Any, body: Callable[[], None]) -> list[Any]:
     return _calls(spans)
 
 
-def _levers(sim: Any, clients: _Clients, spans: Any, progress: _Progress) -> str:
+def _levers(sim: Any, clients: _Clients, spans: Any, progress: _Progress, width: int) -> str:
+    """Measure each lever before and after; the table (or, too wide for ``width``, one block per
+    lever), and firsttoken's warnings, the expected one told apart."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FirstTokenWarning)
+        rows, expected = _measure_levers(sim, clients, spans, progress)
+    progress.done()
+    lines = ["The latency levers, measured by firsttoken on the simulator:", ""]
+    header = ("lever", "before", "after", "measured difference")
+    wide = table([header, *rows], left=4)
+    if max(len(line) for line in wide) <= width:
+        lines += wide
+    else:
+        for n, (lever, before, after, difference) in enumerate(rows):
+            lines += [""] * (n > 0) + [lever]
+            for label, text in (("before", before), ("after", after), ("difference", difference)):
+                lines += wrap(f"{label + ':':<12}{text}", width, indent="  ", subsequent=" " * 14)
+    for text in expected:
+        lines.append("")
+        lines += wrap(
+            "note: the 'before' half of 'reuse the SDK client' creates a client per call on purpose, so "
+            "firsttoken warned about it, as it would in your app; here the warning is the lever's point, "
+            "not a problem in your set-up:",
+            width,
+            subsequent="  ",
+        )
+        lines += wrap(text, width, indent="  ")
+    others = [text for text in _firsttoken_warnings(caught) if text not in expected]
+    if others:
+        lines.append("")
+        lines += [line for text in others for line in wrap(f"note: {text}", width, subsequent="  ")]
+    return "\n".join(lines)
+
+
+def _measure_levers(
+    sim: Any, clients: _Clients, spans: Any, progress: _Progress
+) -> tuple[list[tuple[str, str, str, str]], list[str]]:
+    """The four levers' rows, and firsttoken's warnings during the 'before' half of client reuse."""
     import openai
 
     import firsttoken
@@ -551,10 +1007,13 @@ def _levers(sim: Any, clients: _Clients, spans: Any, progress: _Progress) -> str
     progress.show("lever 1/4: reuse the SDK client", step=True)
 
     def per_call_clients() -> None:
-        for _ in range(6):
+        for n in range(6):
             c = openai.OpenAI(base_url=sim.openai_base_url, api_key=OPENAI_KEY)
             c.chat.completions.create(model=model, messages=msgs, max_tokens=8)
             c.close()
+            del c
+            if n == 4:  # the five dropped now, not whenever the collector gets to them: the 6th call warns
+                gc.collect()
 
     def one_client() -> None:
         for _ in range(6):
@@ -567,7 +1026,9 @@ def _levers(sim: Any, clients: _Clients, spans: Any, progress: _Progress) -> str
         return f"{new}/{len(calls)} new connections, set-up {setup:.2f} ms/call", setup
 
     # firsttoken warns about per-call clients here, as it would in your app.
-    before, setup_before = connections(per_call_clients)
+    with warnings.catch_warnings(record=True) as per_call_warnings:
+        warnings.simplefilter("always", FirstTokenWarning)
+        before, setup_before = connections(per_call_clients)
     oai.chat.completions.create(model=model, messages=msgs, max_tokens=8)  # open the pool's connection
     after, setup_after = connections(one_client)
     rows.append(
@@ -688,11 +1149,4 @@ def _levers(sim: Any, clients: _Clients, spans: Any, progress: _Progress) -> str
         )
     )
 
-    header = ("lever", "before", "after", "measured difference")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    lines = ["The latency levers, measured by firsttoken on the simulator:", ""]
-    for n, row in enumerate([header, *rows]):
-        lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return rows, _firsttoken_warnings(per_call_warnings)

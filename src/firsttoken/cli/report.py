@@ -1,8 +1,13 @@
-"""The terminal report: per model, latency percentiles, tokens and cache hits, read from spans."""
+"""The terminal report: per model, latency percentiles, tokens and cache hits, read from spans.
+
+Everything here fits a given width (the terminal's, 100 columns when it is not a terminal): tables
+that would not fit are split, and text wraps between values, never inside one.
+"""
 
 from __future__ import annotations
 
 import math
+import shutil
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +19,15 @@ P95_MIN_CALLS = 20
 """Below this many calls a p95 is the slowest call or next to it (1 in 20 calls is slower)."""
 P99_MIN_CALLS = 100
 """Below this many calls a p99 is the slowest call or next to it."""
+DEFAULT_WIDTH = 100
+"""Columns when the output is not a terminal (a pipe, a log file) and COLUMNS is not set."""
+MIN_WIDTH = 72
+"""Narrower terminals get this width: the tables cannot be made narrower without breaking values."""
+
+
+def terminal_width() -> int:
+    """The terminal's columns (``COLUMNS`` first), :data:`DEFAULT_WIDTH` without a terminal."""
+    return max(MIN_WIDTH, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -27,9 +41,38 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def wrap(text: str, width: int, *, indent: str = "", subsequent: str | None = None) -> list[str]:
+    """Lines of at most ``width`` columns, broken at spaces only (a path or a number stays whole)."""
+    return textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=indent,
+        subsequent_indent=indent if subsequent is None else subsequent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [indent.rstrip()]
+
+
+def pack(parts: Sequence[str], width: int, *, indent: str = "    ") -> list[str]:
+    """``parts`` joined by commas into lines of at most ``width`` columns; a part is never split."""
+    lines: list[str] = []
+    line = ""
+    for n, part in enumerate(parts):
+        piece = part + ("," if n < len(parts) - 1 else "")
+        candidate = f"{line} {piece}" if line else indent + piece
+        if line and len(candidate) > width:
+            lines.append(line)
+            candidate = indent + piece
+        line = candidate
+    if line:
+        lines.append(line)
+    return lines
+
+
 @dataclass
 class ModelStats:
-    """What the report shows for one (provider, model)."""
+    """What the report shows for one (provider, model). Latencies are of successful calls only:
+    a failed call is counted in ``errors``, its time (often retries, then a refusal) kept apart."""
 
     calls: int = 0
     streamed: int = 0
@@ -42,24 +85,40 @@ class ModelStats:
     output_tokens: int = 0
 
     @property
+    def ok(self) -> int:
+        return self.calls - self.errors
+
+    @property
     def cache_hit_ratio(self) -> float | None:
         return self.cached_tokens / self.input_tokens if self.input_tokens else None
+
+
+def is_call(span: Any) -> bool:
+    """A call span firsttoken made (not one of its phase spans)."""
+    attrs = span.attributes or {}
+    return sc.GEN_AI_OPERATION_NAME in attrs and sc.FT_PHASE not in attrs
+
+
+def failed(span: Any) -> bool:
+    """The call ended in an error the app saw (after the SDK's retries, if any)."""
+    return sc.ERROR_TYPE in (span.attributes or {})
 
 
 def collect(spans: Iterable[Any]) -> dict[tuple[str, str], ModelStats]:
     """Group finished call spans (the CLIENT spans firsttoken made) by provider and model."""
     stats: dict[tuple[str, str], ModelStats] = {}
     for span in spans:
-        attrs = span.attributes or {}
-        if sc.GEN_AI_OPERATION_NAME not in attrs or sc.FT_PHASE in attrs:
+        if not is_call(span):
             continue
+        attrs = span.attributes or {}
         key = (str(attrs.get(sc.GEN_AI_PROVIDER_NAME, "?")), str(attrs.get(sc.GEN_AI_REQUEST_MODEL, "?")))
         entry = stats.setdefault(key, ModelStats())
         entry.calls += 1
         if attrs.get(sc.GEN_AI_REQUEST_STREAM):
             entry.streamed += 1
-        if sc.ERROR_TYPE in attrs:
+        if failed(span):
             entry.errors += 1
+            continue  # counted apart: its time is not a latency of the model
         if span.end_time is not None and span.start_time is not None:
             entry.e2e.append((span.end_time - span.start_time) / 1e9)
         ttft = attrs.get(sc.FT_TIME_TO_FIRST_TOKEN)
@@ -79,71 +138,79 @@ def collect(spans: Iterable[Any]) -> dict[tuple[str, str], ModelStats]:
     return stats
 
 
-def _ms_triplet(values: Sequence[float]) -> str:
-    if not values:
+def _ms(value: float | None) -> str:
+    if value is None:
         return "-"
-    parts = []
-    for q in (50, 95, 99):
-        v = percentile(values, q)
-        assert v is not None
-        ms = v * 1000.0
-        parts.append(f"{ms:.1f}" if ms < 100 else f"{ms:.0f}")
-    return " / ".join(parts)
+    ms = value * 1000.0
+    return f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"
 
 
-def render(stats: dict[tuple[str, str], ModelStats], *, title: str) -> str:
-    """A fixed-width table, one row per provider and model."""
-    header = (
-        "provider",
-        "model",
-        "calls",
-        "stream",
-        "err",
-        "TTFT ms p50/p95/p99",
-        "TPOT ms p50/p95/p99",
-        "end-to-end ms p50/p95/p99",
-        "in tok",
-        "out tok",
-        "cache hit",
-    )
-    rows: list[tuple[str, ...]] = [header]
+def table(rows: Sequence[Sequence[str]], *, left: int = 1, groups: Sequence[tuple[str, int]] = ()) -> list[str]:
+    """A fixed-width table: the first row is the header, the first ``left`` columns align left.
+
+    ``groups`` puts a header line above the header: (label, columns it spans), in column order.
+    """
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out: list[str] = []
+    if groups:
+        cells, col = [], 0
+        for label, span in groups:
+            short = len(label) - (sum(widths[col : col + span]) + 2 * (span - 1))
+            for i in range(short if short > 0 else 0):  # widen the group's columns to hold its label
+                widths[col + i % span] += 1
+            cells.append(label.ljust(sum(widths[col : col + span]) + 2 * (span - 1)))
+            col += span
+        out.append("  ".join(cells).rstrip())
+    for n, row in enumerate(rows):
+        cells = [c.ljust(widths[i]) if i < left else c.rjust(widths[i]) for i, c in enumerate(row)]
+        out.append("  ".join(cells).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
+def render(stats: dict[tuple[str, str], ModelStats], *, title: str, width: int = DEFAULT_WIDTH) -> str:
+    """Two tables, one row per provider and model: the calls, then their latency percentiles."""
     few = set()
+    counts: list[tuple[str, ...]] = [
+        ("provider", "model", "calls", "failed", "streamed", "input tok", "output tok", "cache hit")
+    ]
+    latency: list[tuple[str, ...]] = [("model", *(f"p{q}" for _ in range(3) for q in (50, 95, 99)))]
     for (provider, model), s in sorted(stats.items()):
         ratio = s.cache_hit_ratio
-        mark = "*" if s.calls < P95_MIN_CALLS else "+" if s.calls < P99_MIN_CALLS else ""
+        mark = "*" if s.ok < P95_MIN_CALLS else "+" if s.ok < P99_MIN_CALLS else ""
         if mark:
             few.add(mark)
-        rows.append(
+        counts.append(
             (
                 provider,
                 model,
-                f"{s.calls}{mark}",
-                str(s.streamed),
+                str(s.calls),
                 str(s.errors),
-                _ms_triplet(s.ttft),
-                _ms_triplet(s.tpot),
-                _ms_triplet(s.e2e),
+                str(s.streamed),
                 str(s.input_tokens),
                 str(s.output_tokens),
                 "-" if ratio is None else f"{ratio:.0%}",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    left = {0, 1}
-    lines = [title, ""]
-    for n, row in enumerate(rows):
-        cells = [c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(row)]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
+        values = [_ms(percentile(v, q)) for v in (s.ttft, s.tpot, s.e2e) for q in (50, 95, 99)]
+        latency.append((f"{model}{mark}", *values))
+    lines = [*wrap(title, width), "", *table(counts, left=2), ""]
+    lines += wrap("Latency in ms of the calls that succeeded (failed calls are counted above, not timed here):", width)
+    lines += [
+        "",
+        *table(latency, groups=(("", 1), ("TTFT", 3), ("TPOT", 3), ("end-to-end", 3))),
+    ]
     if few:
         lines.append("")
         if "*" in few:
-            lines.append(
-                f"* fewer than {P95_MIN_CALLS} calls: p95 and p99 are about the slowest call, not a percentile of many"
+            lines += wrap(
+                f"* fewer than {P95_MIN_CALLS} successful calls: p95 and p99 are about the slowest call, "
+                "not a percentile of many",
+                width,
             )
         if "+" in few:
-            lines.append(f"+ fewer than {P99_MIN_CALLS} calls: p99 is about the slowest call")
+            lines += wrap(f"+ fewer than {P99_MIN_CALLS} successful calls: p99 is about the slowest call", width)
     return "\n".join(lines)
 
 
@@ -152,27 +219,27 @@ def _phase_ms(ns: int) -> str:
     return f"{ms:.1f}" if ms < 10 else f"{ms:.0f}"
 
 
-def where_the_time_went(spans: Iterable[Any]) -> list[str]:
-    """The phases of the median and of the slowest call (by end-to-end), from the phase durations
-    firsttoken puts on every call span: where each one's time went. Empty when no call has them."""
+def where_the_time_went(spans: Iterable[Any], *, width: int = DEFAULT_WIDTH) -> list[str]:
+    """The phases of the median and of the slowest successful call (by end-to-end), from the phase
+    durations firsttoken puts on every call span: where each one's time went. Empty when no call
+    has them. Failed calls are left out (their time is retries and a refusal), and said so."""
     prefix = sc.FT_PHASE_DURATION_PREFIX
-    calls = sorted(
-        (
-            s
-            for s in spans
-            if s.attributes
-            and sc.GEN_AI_OPERATION_NAME in s.attributes
-            and sc.FT_PHASE not in s.attributes
-            and s.end_time is not None
-            and s.start_time is not None
-            and any(key.startswith(prefix) for key in s.attributes)
-        ),
-        key=lambda s: s.end_time - s.start_time,
-    )
+    timed = [
+        s
+        for s in spans
+        if is_call(s)
+        and s.end_time is not None
+        and s.start_time is not None
+        and any(key.startswith(prefix) for key in (s.attributes or {}))
+    ]
+    calls = sorted((s for s in timed if not failed(s)), key=lambda s: s.end_time - s.start_time)
     if not calls:
         return []
+    left_out = len(timed) - len(calls)
     picks = [("median call", calls[(len(calls) - 1) // 2]), ("slowest call", calls[-1])]
-    lines = [f"Where the time went, by the phases firsttoken recorded ({len(calls)} calls):"]
+    head = f"Where the time went, by the phases firsttoken recorded ({len(calls)} successful calls"
+    head += f"; {left_out} failed left out):" if left_out else "):"
+    lines = wrap(head, width)
     for label, call in picks:
         attrs = call.attributes
         total = call.end_time - call.start_time
@@ -183,6 +250,11 @@ def where_the_time_went(spans: Iterable[Any]) -> list[str]:
                 took = value * 1e9
                 share = took / total if total else 0.0
                 parts.append(f"{key[len(prefix) :]} {_phase_ms(int(took))} ms ({share:.0%})")
-        lines.append(f"  {label}: {attrs.get(sc.GEN_AI_REQUEST_MODEL, '?')}, {kind}, {_phase_ms(total)} ms")
-        lines.append(textwrap.fill(", ".join(parts), width=110, initial_indent="    ", subsequent_indent="    "))
+        lines += wrap(
+            f"{label}: {attrs.get(sc.GEN_AI_REQUEST_MODEL, '?')}, {kind}, {_phase_ms(total)} ms",
+            width,
+            indent="  ",
+            subsequent="    ",
+        )
+        lines += pack(parts, width)
     return lines
