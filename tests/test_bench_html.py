@@ -147,7 +147,8 @@ def test_a_report_from_any_recorded_spans(telemetry: Any, sim: Simulator, tmp_pa
     assert doc["summaries"]["openai b"]["quantiles"]["ttft_s"]["n"] == 1  # one of its calls was not streamed
     assert all(r["phases"] and r["ok"] for r in doc["requests"])
     ids = [f["id"] for f in figures(doc)]
-    assert {"cdf-ttft_s", "cdf-e2e_s", "ttft-input", "tps-time"} <= set(ids)
+    assert {"cdf-ttft_s", "cdf-e2e_s", "tps-time"} <= set(ids)
+    assert "ttft-input" not in ids  # every prompt was "hi": one input length, nothing to plot against
     assert sum(i.startswith("waterfall") for i in ids) == 2
     write_html(str(tmp_path / "r.html"), doc)
     assert 'id="waterfall' in (tmp_path / "r.html").read_text()
@@ -177,3 +178,94 @@ def test_the_demo_ends_with_the_same_report(tmp_path: Path) -> None:
     assert dom.count('class="main-svg"') >= len(charts)
     assert "gpt-4o-mini" in dom  # calls grouped by provider and model
     assert console_messages(browser_run.stderr) == []
+    # One colour per phase across every one of its charts (a waterfall per model), and what was measured.
+    assert assert_one_colour_per_phase(drawn_charts(html, tmp_path)) >= 4
+    facts = dict(re.findall(r"<dt>([^<]+)</dt><dd>([^<]*)</dd>", dom))
+    assert {"date", "endpoints", "models", "max_tokens", "stream", "versions"} <= set(facts), facts
+    assert "openai at 127.0.0.1:" in facts["endpoints"] and "anthropic at 127.0.0.1:" in facts["endpoints"]
+    assert "anthropic " in facts["versions"] and "openai " in facts["versions"]
+
+
+# -- what the charts and the header show (issue: one colour per phase; say what was measured) ------------
+
+PROBE = """
+<script>
+// Test-only: what plotly drew, after it drew it: each chart's traces with the colours it used.
+const drawn = [...document.querySelectorAll(".chart")].map((div) => ({
+  id: div.id,
+  traces: (div._fullData || []).map((t) => ({name: t.name, colour: (t.marker || {}).color})),
+  scrollbar: [...div.querySelectorAll(".legend .scrollbar")].some((s) => Number(s.getAttribute("height")) > 0),
+}));
+document.body.dataset.drawn = JSON.stringify(drawn);
+</script>
+"""
+
+
+def drawn_charts(report_html: Path, tmp_path: Path) -> list[dict[str, Any]]:
+    """The report as Chromium drew it: per chart, each trace's name and the colour plotly used for it."""
+    probed = tmp_path / f"probed-{report_html.name}"
+    probed.write_text(report_html.read_text().replace("</body>", PROBE + "</body>"))
+    result = run_browser("--dump-dom", probed.as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    match = re.search(r'data-drawn="([^"]*)"', result.stdout)
+    assert match, "the probe did not run"
+    import html as html_module
+
+    drawn: list[dict[str, Any]] = json.loads(html_module.unescape(match.group(1)))
+    return drawn
+
+
+def assert_one_colour_per_phase(charts: list[dict[str, Any]]) -> int:
+    """Every phase has its palette colour in every waterfall; within a chart no two phases share one."""
+    from firsttoken.cli.palette import PHASE_COLOURS, phase_colour
+
+    waterfalls = [c for c in charts if c["id"].startswith("waterfall")]
+    assert waterfalls
+    for chart in waterfalls:
+        colours = {t["name"]: t["colour"] for t in chart["traces"]}
+        assert colours == {name: phase_colour(name) for name in colours}, chart["id"]
+        assert len(set(colours.values())) == len(colours), f"{chart['id']}: two phases share a colour {colours}"
+        order = [t["name"] for t in chart["traces"]]
+        assert order == sorted(order, key=list(PHASE_COLOURS).index), f"{chart['id']}: not in phase order"
+        assert not chart["scrollbar"], f"{chart['id']}: its legend hides phases behind a scrollbar"
+    return len(waterfalls)
+
+
+def test_every_waterfall_gives_each_phase_its_own_colour(
+    report: tuple[Path, dict[str, object]], tmp_path: Path
+) -> None:
+    html, _ = report
+    assert assert_one_colour_per_phase(drawn_charts(html, tmp_path)) == 2
+
+
+def test_the_report_says_what_was_measured(report: tuple[Path, dict[str, object]]) -> None:
+    html, document = report
+    dom = run_browser("--dump-dom", html.as_uri()).stdout
+    facts = dict(re.findall(r"<dt>([^<]+)</dt><dd>([^<]*)</dd>", dom))
+    assert {"date", "endpoints", "load", "max_tokens", "stream", "prompts", "versions"} <= set(facts), facts
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", facts["date"])
+    assert "quick: openai quick at http://127.0.0.1:" in facts["endpoints"]
+    assert facts["load"] == "closed loop, concurrency 4, 16 requests per target"
+    assert facts["max_tokens"] == "128" and facts["stream"] == "streamed"
+    assert "firsttoken " in facts["versions"] and "openai " in facts["versions"]
+    for header in ("TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "API end-to-end p95 (ms)", "output tokens/s p50"):
+        assert f"<th>{header}</th>" in dom, header
+    assert "set-up: the share of the calls" in dom  # the column is explained
+    verdicts = re.findall(r'<td class="verdict">([^<]+)</td>', dom)
+    assert len(verdicts) == len(document["compare"]) == 4  # type: ignore[arg-type]
+    assert set(verdicts) <= {"steady slower", "steady faster", "no clear difference"}
+    assert "steady slower" in verdicts  # 120 against 40 ms of queue: TTFT p50 is clearly slower
+
+
+def test_a_chart_whose_x_never_varies_is_left_out(tmp_path: Path) -> None:
+    """Synthetic prompts all have one length: TTFT against input length would be a column of dots at one x."""
+    out = tmp_path / "same"
+    with Simulator(seed=3) as sim:
+        result = run_bench(
+            "--base-url", sim.openai_base_url, "--model", "gpt-4o-mini", "--requests", "6", "--concurrency", "2",
+            "--out", str(out), "--no-progress",
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    page = out.with_suffix(".html").read_text()
+    assert 'id="ttft-input"' not in page
+    assert 'id="tps-time"' in page and 'id="cdf-ttft_s"' in page

@@ -26,6 +26,7 @@ from .bench_out import (
     render_race,
     render_summary,
     summarize,
+    versions,
     write_csv,
     write_json,
 )
@@ -641,6 +642,7 @@ def _report(
         "compare": comparison,
         "race": race_info,
         "client": client,
+        "versions": versions(),
         "requests": [s.as_json() for s in sorted(samples, key=lambda s: s.seq)],
     }
     paths = {kind: path for kind, (_, path) in outputs.items()}

@@ -212,19 +212,22 @@ def compare(names: Sequence[str], by_target: dict[str, list[Sample]], seed: int)
     return out
 
 
+def verdict(row: dict[str, Any]) -> str:
+    """What a comparison row says: slower or faster only when its whole interval is past 1."""
+    if row["low"] > 1:
+        return f"{row['a']} slower"
+    if row["high"] < 1:
+        return f"{row['a']} faster"
+    return "no clear difference"
+
+
 def render_compare(rows: Sequence[dict[str, Any]]) -> str:
     lines = ["Comparison (interleaved; ratio of percentiles with 95% bootstrap interval):"]
     for r in rows:
         metric = "TTFT" if r["metric"] == "ttft_s" else "end-to-end"
-        if r["low"] > 1:
-            verdict = f"{r['a']} slower"
-        elif r["high"] < 1:
-            verdict = f"{r['a']} faster"
-        else:
-            verdict = "no clear difference"
         lines.append(
             f"  {metric} p{r['quantile']}: {r['a']} / {r['b']} = {r['ratio']:.2f} "
-            f"[{r['low']:.2f}, {r['high']:.2f}]  ({verdict})"
+            f"[{r['low']:.2f}, {r['high']:.2f}]  ({verdict(r)})"
         )
     return "\n".join(lines)
 
@@ -306,11 +309,45 @@ def document_from_spans(spans: Iterable[Any], *, tool: str) -> dict[str, Any]:
         sample = Sample(target=name, seq=n, warmup=False, start_s=0.0)
         fill(sample, call, collector, start)
         by_target.setdefault(name, []).append(sample)
+    endpoints: set[str] = set()
+    max_tokens: set[int] = set()
+    streamed = {"streamed": 0, "not streamed": 0}
+    for call in calls:
+        attrs = call.attributes or {}
+        host, port = attrs.get(sc.SERVER_ADDRESS), attrs.get(sc.SERVER_PORT)
+        if host:
+            endpoints.add(f"{attrs.get(sc.GEN_AI_PROVIDER_NAME, '?')} at {host}{'' if port is None else f':{port}'}")
+        limit = attrs.get(sc.GEN_AI_REQUEST_MAX_TOKENS)
+        if isinstance(limit, int):
+            max_tokens.add(limit)
+        streamed["streamed" if attrs.get(sc.GEN_AI_REQUEST_STREAM) else "not streamed"] += 1
     return {
         "tool": tool,
+        "started": (calls[0].start_time or 0) / 1e9 if calls else None,
+        "endpoints": sorted(endpoints),
+        "max_tokens": sorted(max_tokens),
+        "streamed": streamed,
+        "versions": versions(),
         "summaries": {name: summarize(name, ss).as_json() for name, ss in sorted(by_target.items())},
         "requests": [s.as_json() for ss in by_target.values() for s in ss],
     }
+
+
+VERSIONED = ("firsttoken", "openai", "anthropic", "httpx", "opentelemetry-sdk")
+
+
+def versions() -> dict[str, str]:
+    """The versions of what measured: firsttoken, the SDKs, httpx and the OpenTelemetry SDK, and Python."""
+    import platform
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
 
 
 # -- files ------------------------------------------------------------------------------------
@@ -332,4 +369,4 @@ def write_csv(path: str, samples: Sequence[Sample]) -> None:
             w.writerow(row)
 
 
-__all__ = ["SETUP_PHASES", "Summary", "bootstrap_ratio", "compare", "summarize"]
+__all__ = ["SETUP_PHASES", "Summary", "bootstrap_ratio", "compare", "summarize", "verdict", "versions"]
