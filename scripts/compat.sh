@@ -31,6 +31,8 @@ lower_bound() {
 }
 OPENAI_VERSION=${FIRSTTOKEN_COMPAT_OPENAI:-$(lower_bound openai)}
 ANTHROPIC_VERSION=${FIRSTTOKEN_COMPAT_ANTHROPIC:-$(lower_bound anthropic)}
+# google-genai is in the dev extra only (measured on the wire, not patched): its lower bound there.
+GENAI_VERSION=${FIRSTTOKEN_COMPAT_GENAI:-$(sed -n 's/.*"google-genai>=\([^",]*\)".*/\1/p' pyproject.toml)}
 TESTS=(
     tests/test_openai_apis.py
     tests/test_stream_endings.py
@@ -38,6 +40,7 @@ TESTS=(
     tests/test_openai_fidelity.py
     tests/test_wire.py
     tests/test_anthropic_tracing.py
+    tests/test_gemini.py
 )
 
 export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
@@ -68,7 +71,7 @@ want=$(
     {
         pwd
         sha256sum pyproject.toml
-        echo "openai==$OPENAI_VERSION anthropic==$ANTHROPIC_VERSION"
+        echo "openai==$OPENAI_VERSION anthropic==$ANTHROPIC_VERSION google-genai==$GENAI_VERSION"
         "$PY" -c 'import sys; print(sys.version)'
     } | sha256sum | cut -d' ' -f1
 )
@@ -78,21 +81,22 @@ if [ "${FIRSTTOKEN_COMPAT_REINSTALL:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)
     echo "==> installing firsttoken[dev] into $VENV"
     "$PY" -m pip install --quiet --upgrade pip
     "$PY" -m pip install --quiet -e '.[dev]'
-    echo "==> pinning openai==$OPENAI_VERSION anthropic==$ANTHROPIC_VERSION"
-    "$PY" -m pip install --quiet "openai==$OPENAI_VERSION" "anthropic==$ANTHROPIC_VERSION"
+    echo "==> pinning openai==$OPENAI_VERSION anthropic==$ANTHROPIC_VERSION google-genai==$GENAI_VERSION"
+    "$PY" -m pip install --quiet "openai==$OPENAI_VERSION" "anthropic==$ANTHROPIC_VERSION" \
+        "google-genai==$GENAI_VERSION"
     "$PY" -m pip check
     echo "$want" >"$stamp"
 fi
 
 # Fail loudly if anything (a stale venv, a resolver surprise) left other versions in place.
-"$PY" - "$OPENAI_VERSION" "$ANTHROPIC_VERSION" <<'EOF'
+"$PY" - "$OPENAI_VERSION" "$ANTHROPIC_VERSION" "$GENAI_VERSION" <<'EOF'
 import sys
 from importlib import metadata
 
 from packaging.version import Version
 
-want = {"openai": sys.argv[1], "anthropic": sys.argv[2]}
-for dist in ("openai", "anthropic", "httpx", "httpx2", "pydantic", "pytest"):
+want = {"openai": sys.argv[1], "anthropic": sys.argv[2], "google-genai": sys.argv[3]}
+for dist in ("openai", "anthropic", "google-genai", "httpx", "httpx2", "pydantic", "pytest"):
     print(f"    {dist:10} {metadata.version(dist)}")
 bad = {d: metadata.version(d) for d, v in want.items() if Version(metadata.version(d)) != Version(v)}
 if bad:

@@ -1,4 +1,5 @@
-"""LLM calls made with plain ``httpx`` (no SDK): a POST to an OpenAI- or Anthropic-style endpoint.
+"""LLM calls made with plain ``httpx`` (no SDK, or an SDK firsttoken does not patch): a POST to an
+OpenAI-, Anthropic- or Gemini-style endpoint (``google-genai`` is measured this way).
 
 Apps that talk to an LLM API directly (to send a compressed or binary body, say) are measured too:
 the call span starts when ``Client.send`` is called, the wire phases come from the same trace
@@ -22,7 +23,7 @@ from ..timeline import Timeline
 from . import _common as common
 from . import _levers as levers
 from . import anthropic as anthropic_hooks
-from . import endpoints, server_timing
+from . import endpoints, gemini, server_timing
 from . import openai as openai_hooks
 
 log = logging.getLogger("firsttoken")
@@ -45,7 +46,13 @@ def classify(request: Any) -> tuple[str, str, str | None] | None:
     for suffix, operation, family, api_type in _ENDPOINTS:
         if path.endswith(suffix):
             return operation, family, api_type
+    if path.endswith((gemini.GENERATE, gemini.STREAM)):
+        return sc.OP_CHAT, GEMINI, None
     return None
+
+
+GEMINI = "gemini"
+"""The API family of Gemini's native ``models/*:generateContent``."""
 
 
 def _body(request: Any) -> Mapping[str, Any]:
@@ -75,20 +82,28 @@ def start(recorder: Recorder, provider_of: common.ProviderResolver, request: Any
         return None
     operation, family, api_type = kind
     body = _body(request)
-    model = body.get("model")
     url = request.url
     host = url.host or None
     port = url.port or (443 if url.scheme == "https" else 80)
-    endpoint = provider_of.endpoint(host, port, family, url.path)
+    model = body.get("model")
+    stream = body.get("stream") is True
+    default = family
+    if family == GEMINI:  # the model and the streaming are in the path
+        found = gemini.match(url.path.rstrip("/"))
+        model, stream = found if found is not None else (None, False)
+        default = gemini.provider_default(url.path)
+    endpoint = provider_of.endpoint(host, port, default, url.path)
     tl = Timeline(
         provider=endpoint.provider,
         operation=operation,
         request_model=model if isinstance(model, str) else None,
         server_address=host,
         server_port=port,
-        stream=body.get("stream") is True,
+        stream=stream,
         on_finish=recorder.finish,
     )
+    if family == GEMINI:
+        _read_gemini_request(tl, body)
     tl.api_type = api_type
     tl.endpoint = endpoint
     tl.extra[sc.FT_PROVIDER_SOURCE] = endpoint.source
@@ -104,8 +119,21 @@ def start(recorder: Recorder, provider_of: common.ProviderResolver, request: Any
 # -- reading what comes back -------------------------------------------------------------------
 
 
+def _read_gemini_request(tl: Timeline, body: Mapping[str, Any]) -> None:
+    config = body.get("generationConfig")
+    if isinstance(config, Mapping):
+        limit = config.get("maxOutputTokens")
+        if isinstance(limit, int):
+            tl.extra[sc.GEN_AI_REQUEST_MAX_TOKENS] = limit
+        temperature = config.get("temperature")
+        if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
+            tl.extra[sc.GEN_AI_REQUEST_TEMPERATURE] = float(temperature)
+
+
 def _read_whole(tl: Timeline, data: Mapping[str, Any], family: str) -> None:
-    if family == "anthropic":
+    if family == GEMINI:
+        gemini.read_response(tl, data)
+    elif family == "anthropic":
         anthropic_hooks.read_result(tl, data)
     else:
         openai_hooks.read_result(tl, data)
@@ -165,12 +193,14 @@ def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int
 class SseReader:
     """Incremental SSE parsing of raw body bytes as the app reads them."""
 
-    __slots__ = ("_buffer", "done", "family", "tl")
+    __slots__ = ("_buffer", "_thoughts", "done", "family", "tl")
 
     def __init__(self, tl: Timeline, family: str) -> None:
         self.tl = tl
         self.family = family
         self._buffer = b""
+        self._thoughts = False
+        """Gemini: whether thought parts were streamed (then thinking tokens are not hidden output)."""
         self.done = False
 
     def feed(self, chunk: bytes) -> None:
@@ -193,7 +223,14 @@ class SseReader:
                     continue
                 tl.chunk_count += 1
                 event = json.loads(payload)
-                if isinstance(event, Mapping) and _observe_event(tl, self.family, event, now):
+                if not isinstance(event, Mapping):
+                    continue
+                if self.family == GEMINI:
+                    seen = gemini.read_response(tl, event, now, thoughts=self._thoughts)
+                    self._thoughts = bool(seen & gemini.THOUGHTS)
+                    if seen & gemini.FINISHED:
+                        self.done = True
+                elif _observe_event(tl, self.family, event, now):
                     self.done = True
         except Exception:
             log.debug("firsttoken: reading a direct SSE stream failed", exc_info=True)

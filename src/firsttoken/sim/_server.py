@@ -16,7 +16,7 @@ from os import PathLike
 from types import TracebackType
 from typing import Any
 
-from . import _anthropic, _openai
+from . import _anthropic, _gemini, _openai
 from ._alpn import make_protocol
 from ._cache import CacheConfig, PromptCache
 from ._faults import FAULT_HEADER, Fault, FaultQueue
@@ -285,6 +285,9 @@ class Simulator:
         if not isinstance(body, dict):
             body, parse_error = {}, parse_error or "The request body must be a JSON object."
         model = body.get("model") if isinstance(body.get("model"), str) else None
+        gemini = _gemini.match(req.path)  # Gemini's native API names the model and the streaming in its path
+        if gemini is not None:
+            model = gemini[0]
         headers = self._rate_headers(anthropic, time.monotonic())
         with self._lock:
             self._recent.append((time.monotonic(), len(req.body) // 4))
@@ -300,7 +303,7 @@ class Simulator:
             log=self._log,
             error_event=_anthropic.error_event if anthropic else _openai.error_event(req.path),
             headers=headers,
-            stream=body.get("stream") is True,
+            stream=gemini[1] if gemini is not None else body.get("stream") is True,
             t0=loop_now,
         )
         spec = req.headers.get(FAULT_HEADER)
@@ -324,6 +327,8 @@ class Simulator:
                 await replay(call, interaction)
                 return
             route = _ROUTES.get((req.method, req.path))
+            if route is None and gemini is not None and req.method == "POST":
+                route = _gemini.generate
             if route is None:
                 if any(path == req.path for _, path in _ROUTES):
                     raise ApiError(405, f"Method {req.method} not allowed on {req.path}.")
