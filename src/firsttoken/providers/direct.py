@@ -23,7 +23,7 @@ from ..timeline import Timeline
 from . import _common as common
 from . import _levers as levers
 from . import anthropic as anthropic_hooks
-from . import endpoints, gemini, server_timing
+from . import cohere, endpoints, gemini, server_timing
 from . import openai as openai_hooks
 
 log = logging.getLogger("firsttoken")
@@ -48,7 +48,13 @@ def classify(request: Any) -> tuple[str, str, str | None] | None:
             return operation, family, api_type
     if path.endswith((gemini.GENERATE, gemini.STREAM)):
         return sc.OP_CHAT, GEMINI, None
+    if path.endswith(cohere.CHAT_PATH):
+        return sc.OP_CHAT, COHERE, None
     return None
+
+
+COHERE = "cohere"
+"""The API family of Cohere's v2 Chat API (``/v2/chat``); also the provider name the conventions give it."""
 
 
 GEMINI = "gemini"
@@ -133,6 +139,8 @@ def _read_gemini_request(tl: Timeline, body: Mapping[str, Any]) -> None:
 def _read_whole(tl: Timeline, data: Mapping[str, Any], family: str) -> None:
     if family == GEMINI:
         gemini.read_response(tl, data)
+    elif family == COHERE:
+        cohere.read_result(tl, data)
     elif family == "anthropic":
         anthropic_hooks.read_result(tl, data)
     else:
@@ -141,6 +149,8 @@ def _read_whole(tl: Timeline, data: Mapping[str, Any], family: str) -> None:
 
 def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int) -> bool:
     """One parsed SSE event; returns whether it was the stream's terminal event."""
+    if family == COHERE:
+        return cohere.read_event(tl, event, now)
     kind = event.get("type")
     if family == "anthropic":
         if kind == "content_block_delta":

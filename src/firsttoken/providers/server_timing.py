@@ -97,6 +97,18 @@ def _vllm(tl: Timeline, metrics: Any) -> None:
         tl.extra[sc.FT_SERVER_TIMING_SOURCE] = "vllm"
 
 
+def _groq_tokens(tl: Timeline, usage: Any) -> None:
+    """Groq's streams carry the token counts in ``x_groq.usage`` (with the timing) when the request did
+    not ask for ``stream_options.include_usage``: the call's usage, unless a ``usage`` gave it."""
+    if usage is None or tl.output_tokens is not None:
+        return
+    prompt, completion = get(usage, "prompt_tokens"), get(usage, "completion_tokens")
+    if isinstance(prompt, int) and not isinstance(prompt, bool):
+        tl.input_tokens = prompt
+    if isinstance(completion, int) and not isinstance(completion, bool):
+        tl.output_tokens = completion
+
+
 def read(tl: Timeline, obj: Any) -> None:
     """Provider timing from a whole response or a (final) streamed chunk, if it carries any."""
     timings = get(obj, "timings")
@@ -108,8 +120,11 @@ def read(tl: Timeline, obj: Any) -> None:
         _vllm(tl, metrics)
         return
     x_groq = get(obj, "x_groq")
-    if x_groq is not None and _take(tl, get(x_groq, "usage"), "groq"):
-        return
+    if x_groq is not None:
+        groq_usage = get(x_groq, "usage")
+        _groq_tokens(tl, groq_usage)
+        if _take(tl, groq_usage, "groq"):
+            return
     time_info = get(obj, "time_info")
     if time_info is not None and _take(tl, time_info, "cerebras"):
         return

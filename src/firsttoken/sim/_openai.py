@@ -206,8 +206,12 @@ async def chat_completions(call: Call) -> None:
         return
 
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    # Mistral's API always sends the usage, on the chunk that carries the finish reason.
+    usage_on_finish = is_mistral_model(model) and not include_usage
 
-    def chunk_of(choices: list[dict[str, Any]], usage_value: Any = None, *, final: bool = False) -> bytes:
+    def chunk_of(
+        choices: list[dict[str, Any]], usage_value: Any = None, *, final: bool = False, with_usage: bool = False
+    ) -> bytes:
         obj: dict[str, Any] = {
             "id": cid,
             "object": "chat.completion.chunk",
@@ -217,7 +221,7 @@ async def chat_completions(call: Call) -> None:
             "system_fingerprint": "fp_firsttoken",
             "choices": choices,
         }
-        if include_usage:
+        if include_usage or with_usage:
             obj["usage"] = usage_value
         timing.chunk(obj, usage, final=final)
         return b"data: " + dumps(obj) + b"\n\n"
@@ -249,12 +253,23 @@ async def chat_completions(call: Call) -> None:
     for i in range(n):
         # At the last token's time: with every token spent on hidden reasoning, this is the first
         # event after the reasoning, and it must not be sent before the reasoning is done.
-        end = chunk_of([choice(i, {}, finish[i])], final=i == n - 1 and not include_usage)
+        last = i == n - 1
+        end = chunk_of(
+            [choice(i, {}, finish[i])],
+            usage if usage_on_finish and last else None,
+            final=last and not include_usage,
+            with_usage=usage_on_finish and last,
+        )
         await call.event(end, at=sched.now_due)
     if include_usage:
         await call.event(chunk_of([], usage, final=True))
     await call.event(b"data: [DONE]\n\n")
     await call.end_stream()
+
+
+def is_mistral_model(model: str | None) -> bool:
+    """Mistral's models, as its API names them: their streams carry usage without ``stream_options``."""
+    return (model or "").startswith(("mistral-", "magistral-", "codestral-", "ministral-", "devstral-", "pixtral-"))
 
 
 # -- /v1/completions (legacy) ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from os import PathLike
 from types import TracebackType
 from typing import Any
 
-from . import _anthropic, _gemini, _openai
+from . import _anthropic, _cohere, _gemini, _openai
 from ._alpn import make_protocol
 from ._cache import CacheConfig, PromptCache
 from ._faults import FAULT_HEADER, Fault, FaultQueue
@@ -30,9 +30,17 @@ from ._timing import PROVIDER_HEADER, ProviderStyle, parse_style
 __all__ = ["Simulator"]
 
 Route = Callable[[Call], Awaitable[None]]
-_ROUTES: dict[tuple[str, str], Route] = {**_openai.ROUTES, **_anthropic.ROUTES}
+_ROUTES: dict[tuple[str, str], Route] = {**_openai.ROUTES, **_anthropic.ROUTES, **_cohere.ROUTES}
 
 _REQUEST_LIMIT, _TOKEN_LIMIT = 10_000, 2_000_000
+
+
+GROQ_PREFIX = "/openai"
+"""Groq serves its OpenAI-compatible API under ``/openai/v1`` (the ``groq`` SDK's paths)."""
+
+
+def _unprefixed(path: str) -> str:
+    return path[len(GROQ_PREFIX) :] if path.startswith(GROQ_PREFIX + "/v1/") else path
 
 
 def _is_anthropic(path: str, headers: Mapping[str, str]) -> bool:
@@ -309,6 +317,8 @@ class Simulator:
         spec = req.headers.get(FAULT_HEADER)
         try:
             style = req.headers.get(PROVIDER_HEADER)
+            if style is None and req.path.startswith(GROQ_PREFIX + "/"):
+                style = "groq"  # Groq's own path: its timing too, unless the request asks otherwise
             call.provider = parse_style(style) if style is not None else self.provider_timing
             fault = Fault.parse(spec) if spec else self._faults.take(req.path, model)
         except ValueError as err:
@@ -326,7 +336,7 @@ class Simulator:
             if interaction is not None:
                 await replay(call, interaction)
                 return
-            route = _ROUTES.get((req.method, req.path))
+            route = _ROUTES.get((req.method, _unprefixed(req.path)))
             if route is None and gemini is not None and req.method == "POST":
                 route = _gemini.generate
             if route is None:
