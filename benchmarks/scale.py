@@ -206,11 +206,14 @@ def run_worker(
                 *cmd,
             ]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=_pin(cpu), timeout=3000)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{variant} {part} failed:\n{proc.stderr[-3000:]}")
-        result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-        if callgrind:
-            result["instructions"] = _callgrind_total(out)
+        result: dict[str, Any]
+        if proc.returncode != 0:  # reported and kept in the raw data; the other runs go on
+            print(f"!! {variant} {part} {args} failed:\n{proc.stderr[-1500:]}", file=sys.stderr, flush=True)
+            result = {"failed": proc.stderr[-1500:]}
+        else:
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            if callgrind:
+                result["instructions"] = _callgrind_total(out)
     result.update(variant=variant, part=part, load=os.getloadavg()[0])
     return result
 
@@ -310,13 +313,27 @@ class Telemetry:
 
 
 def _clients(urls: dict[str, str]) -> tuple[Any, Any]:
+    """AsyncOpenAI and AsyncAnthropic, no retries, keeping up to 1000 connections alive (the SDK's
+    default keeps 100: at 500 streams the rest would reconnect on every call)."""
     import anthropic
     import openai
 
-    return (
-        openai.AsyncOpenAI(base_url=urls["openai"], api_key="sk-bench", max_retries=0),
-        anthropic.AsyncAnthropic(base_url=urls["anthropic"], api_key="sk-ant-bench", max_retries=0),
+    try:
+        import httpx2 as httpx
+    except ImportError:
+        import httpx  # type: ignore[no-redef]
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+    oai = openai.AsyncOpenAI(
+        base_url=urls["openai"],
+        api_key="sk-bench",
+        max_retries=0,
+        http_client=openai.DefaultAsyncHttpxClient(limits=limits),
+        timeout=httpx.Timeout(600.0, connect=60.0),  # 500 connections opening on a busy machine
     )
+    ant = anthropic.AsyncAnthropic(
+        base_url=urls["anthropic"], api_key="sk-ant-bench", max_retries=0, timeout=httpx.Timeout(600.0, connect=60.0)
+    )
+    return oai, ant
 
 
 async def _stream(client: Any, model: str, tokens: int = TOKENS) -> int:
@@ -329,19 +346,23 @@ async def _stream(client: Any, model: str, tokens: int = TOKENS) -> int:
     return chunks
 
 
-async def _closed_loop(client: Any, model: str, concurrency: int, calls: int) -> int:
+async def _closed_loop(client: Any, model: str, concurrency: int, calls: int, ramp: float = 0.0) -> int:
+    """``calls`` streamed calls, ``concurrency`` at a time; ``ramp``: seconds between the workers'
+    starts (a warm-up opens its connections a few at a time: the simulator's accept backlog is 100)."""
+    import asyncio
+
     left = calls
     chunks = 0
 
-    async def worker() -> None:
+    async def worker(i: int) -> None:
         nonlocal left, chunks
+        if ramp:
+            await asyncio.sleep(i * ramp)
         while left > 0:
             left -= 1
             chunks += await _stream(client, model)
 
-    import asyncio
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
     return chunks
 
 
@@ -369,7 +390,7 @@ def worker_lag(spec: dict[str, Any]) -> dict[str, Any]:
             pauses.append((info["generation"], time.perf_counter() - started[0], info["collected"]))
 
     async def main() -> dict[str, Any]:
-        await _closed_loop(oai, PACED, conc, conc)  # warm-up: connections, code paths
+        await _closed_loop(oai, PACED, conc, conc, ramp=0.002)  # warm-up: connections, code paths
         tel.flush()
         gc.collect()
         lags: list[float] = []
@@ -406,6 +427,7 @@ def worker_lag(spec: dict[str, Any]) -> dict[str, Any]:
             "gc_max_pause_ms": max((d for _, d, _ in pauses), default=0.0) * 1e3,
             "gc_max_pause_gen2_ms": max((d for g, d, _ in pauses if g == 2), default=0.0) * 1e3,
             "gc_collected": sum(c for _, _, c in pauses),
+            "heap_objects": len(gc.get_objects()),  # what a full collection traverses
             "gc_pauses": [(g, round(d * 1e3, 3), c) for g, d, c in pauses],
         }
 
@@ -430,7 +452,7 @@ def worker_objects(spec: dict[str, Any]) -> dict[str, Any]:
     def settle() -> None:
         tel.flush()
         if tel.reader is not None:
-            tel.reader.collect()  # metric state as an export leaves it
+            tel.reader.collect(timeout_millis=3_600_000)  # metric state as an export leaves it
         for _ in range(3):
             gc.collect()
 
@@ -524,7 +546,7 @@ def worker_cardinality(spec: dict[str, Any]) -> dict[str, Any]:
         await one("openai", "warm")
         await one("anthropic", "warm")
         tel.flush()
-        tel.reader.collect()
+        tel.reader.collect(timeout_millis=3_600_000)
         gc.collect()
         if spec["memory"]:
             tracemalloc.start()
@@ -535,7 +557,7 @@ def worker_cardinality(spec: dict[str, Any]) -> dict[str, Any]:
                     for provider in ("openai", "anthropic"):
                         await one(provider, f"model-{m}")
         tel.flush()
-        tel.reader.collect()  # first collection creates the export's own state
+        tel.reader.collect(timeout_millis=3_600_000)  # first collection creates the export's own state
         gc.collect()
         out["memory_bytes"] = (tracemalloc.get_traced_memory()[0] - mem0) if spec["memory"] else None
         if spec["memory"]:
@@ -544,9 +566,10 @@ def worker_cardinality(spec: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"models": models, "classes": classes, "providers": 2, "calls": 2 * models * classes}
     asyncio.run(main())
     tel.exported["count_points"] = 1
-    tel.reader.force_flush()  # an export, counted
+    hour = 3_600_000  # under callgrind a collection of 10,000 series takes minutes
+    tel.reader.force_flush(hour)  # an export, counted
     tel.exported["count_points"] = 0
-    sys.call_tracing(tel.reader.force_flush, ())  # the steady-state export: what callgrind counts
+    sys.call_tracing(tel.reader.force_flush, (hour,))  # the steady-state export: what callgrind counts
     out.update(
         points=tel.exported["points"], prometheus_series=tel.exported["prometheus_series"], bytes=tel.exported["bytes"]
     )
@@ -561,7 +584,7 @@ def worker_throughput(spec: dict[str, Any]) -> dict[str, Any]:
     conc, calls = spec["concurrency"], spec["calls"]
 
     async def main() -> dict[str, Any]:
-        await _closed_loop(oai, FAST, conc, max(conc, 20))
+        await _closed_loop(oai, FAST, conc, max(conc, 20), ramp=0.002)
         tel.flush()
         cpu, wall = time.process_time(), time.perf_counter()
         chunks = await _closed_loop(oai, FAST, conc, calls)
@@ -595,7 +618,17 @@ def _median(rows: list[dict[str, Any]], key: str) -> float:
 
 
 def tables(rows: list[dict[str, Any]]) -> str:
-    out: list[str] = []
+    failed = [r for r in rows if "failed" in r]
+    rows = [r for r in rows if "failed" not in r]
+    out: list[str] = (
+        [
+            f"{len(failed)} run(s) failed (raw data): "
+            + ", ".join(f"{r['variant']} {r['part']} {r.get('concurrency', '')}" for r in failed),
+            "",
+        ]
+        if failed
+        else []
+    )
     lag = [r for r in rows if r["part"] == "lag"]
     if lag:
         out += [
@@ -709,25 +742,25 @@ def drive(a: argparse.Namespace) -> Path:
                     order = variants if rep % 2 == 0 else variants[::-1]
                     for v in order:
                         save(
-                            run_worker(v, "lag", urls, {"concurrency": c, "calls": max(a.calls, 3 * c)}) | {"rep": rep}
+                            run_worker(v, "lag", urls, {"concurrency": c, "calls": max(a.calls, 6 * c)}) | {"rep": rep}
                         )
         if "objects" in parts:
             for v in variants:
                 save(run_worker(v, "objects", urls, {"calls": 1000, "held": 100}))
         if "cardinality" in parts:
             for v in [v for v in variants if v in METRIC_VARIANTS]:
-                for models, classes in ((1, 1), (10, 1), (100, 1), (100, 4)):
+                for models, classes in (tuple(int(n) for n in g.split("x")) for g in a.grid.split(",")):
                     if classes > 1 and not v.startswith("firsttoken"):
                         continue
                     spec = {"models": models, "classes": classes}
                     row = run_worker(v, "cardinality", urls, spec | {"memory": True})
-                    if not a.no_callgrind and shutil.which("valgrind"):
+                    if not a.no_callgrind and shutil.which("valgrind") and "failed" not in row:
                         counted = run_worker(v, "cardinality", urls, spec | {"memory": False}, callgrind=True)
-                        row["instructions"] = counted["instructions"]
+                        row["instructions"] = counted.get("instructions")
                     save(row)
         if "throughput" in parts:
             for rep in range(a.reps):
-                for c in (1, 4, 16, 64, 256):
+                for c in (int(x) for x in a.throughput_concurrency.split(",")):
                     for v in variants if rep % 2 == 0 else variants[::-1]:
                         save(
                             run_worker(v, "throughput", urls, {"concurrency": c, "calls": max(300, 2 * c)}, cpu=1)
@@ -745,12 +778,14 @@ def main() -> None:
     ap.add_argument("--parts", default="lag,objects,cardinality,throughput")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--concurrency", default="10,100,500", help="lag part: concurrent streams")
-    ap.add_argument("--calls", type=int, default=600, help="lag part: calls per run (at least 3 x concurrency)")
+    ap.add_argument("--calls", type=int, default=200, help="lag part: calls per run (at least 6 x concurrency)")
     ap.add_argument("--reps", type=int, default=2, help="lag and throughput runs per variant, order alternating")
     ap.add_argument("--peers-bench", default=str(ROOT.parent.parent / "shared" / "peers-bench"))
+    ap.add_argument("--throughput-concurrency", default="1,4,16,64,256", help="throughput part: concurrent streams")
+    ap.add_argument("--grid", default="1x1,10x1,100x1,100x4", help="cardinality: models x traffic classes, ...")
     ap.add_argument("--no-callgrind", action="store_true", help="cardinality: skip counting export instructions")
-    ap.add_argument("--plot", metavar="JSON", help="only draw the figures of a finished run into docs/img/")
-    ap.add_argument("--tables", metavar="JSON", help="only print the tables of a finished run")
+    ap.add_argument("--plot", metavar="JSON[,JSON]", help="only draw the figures of finished runs into docs/img/")
+    ap.add_argument("--tables", metavar="JSON[,JSON]", help="only print the tables of finished runs")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -764,12 +799,12 @@ def main() -> None:
         print(json.dumps(WORKERS[spec["part"]](spec)))
         return None
     if a.tables:
-        print(tables(json.loads(Path(a.tables).read_text())["rows"]))
+        print(tables([r for f in a.tables.split(",") for r in json.loads(Path(f).read_text())["rows"]]))
         return None
     if a.plot:
         from scale_plot import plot
 
-        return plot(Path(a.plot))
+        return plot(*(Path(f) for f in a.plot.split(",")))
     path = drive(a)
     try:
         from scale_plot import plot

@@ -27,14 +27,16 @@ def _med(rows: list[dict[str, Any]], key: Any) -> float:
     return statistics.median(key(r) for r in rows)
 
 
-def plot(path: Path) -> None:
+def plot(*paths: Path) -> None:
+    """The figures of one run, or of several runs' rows together (the first run's commit)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    data = json.loads(path.read_text())
-    rows, meta = data["rows"], data["meta"]
+    runs = [json.loads(p.read_text()) for p in paths]
+    rows = [r for d in runs for r in d["rows"] if "failed" not in r]
+    meta = runs[0]["meta"]
     loads = [r["load"] for r in rows]
     note = f"commit {meta['commit']}, {meta['start']} UTC, load average {min(loads):.1f}-{max(loads):.1f}"
     IMG.mkdir(parents=True, exist_ok=True)
@@ -80,7 +82,7 @@ def plot(path: Path) -> None:
                 rs = sorted((r for r in card if r["variant"] == v), key=lambda r: r["models"])
                 ax.plot([r["models"] for r in rs], [key(r) for r in rs], marker="o", label=v, color=COLOURS.get(v))
             ax.set_xscale("log")
-            ax.set_yscale("symlog")
+            ax.set_yscale("log")
             ax.set_xlabel("models (x 2 providers)")
             ax.set_title(title)
         axes[0].legend(fontsize=8)
@@ -97,11 +99,13 @@ def plot(path: Path) -> None:
         panels = (("calls/s, client on one core (wall)", "calls_per_s"), ("calls per CPU-second", "calls_per_cpu_s"))
         for ax, (title, name) in zip(axes, panels, strict=True):
             for v in dict.fromkeys(r["variant"] for r in thr):
-                ys = [
-                    statistics.median(r[name] for r in thr if r["variant"] == v and r["concurrency"] == c)
-                    for c in concs
-                ]
-                ax.plot(concs, ys, marker="o", label=v, color=COLOURS.get(v))
+                xs, ys = [], []
+                for c in concs:
+                    got = [r[name] for r in thr if r["variant"] == v and r["concurrency"] == c]
+                    if got:
+                        xs.append(c)
+                        ys.append(statistics.median(got))
+                ax.plot(xs, ys, marker="o", label=v, color=COLOURS.get(v))
             ax.set_xscale("log", base=2)
             ax.set_xlabel("concurrent streams (30 chunks each)")
             ax.set_title(title)
