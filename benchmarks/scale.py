@@ -17,9 +17,10 @@ exporting over OTLP/HTTP to a sink in that process.
 Variants: ``bare`` (no OpenTelemetry at all), ``otel_sdk`` (the peer benchmark's ``none``: tracer,
 meter and logger providers with OTLP exporters, nothing instrumented), ``firsttoken_own``
 (firsttoken with no-op providers: its own code only), ``firsttoken``, ``firsttoken_lean``
-(``phase_spans=False, wire_phases=False``), ``otel_genai``, ``openllmetry``, ``openai_v2``: the
-peers that instrument the openai SDK (openlit needs openai < 3; anthropic's own tracing does not
-instrument openai).
+(``phase_spans=False, wire_phases=False``), ``firsttoken_notail`` (the default with
+``phase_spans="never"``: what the tail's waterfalls cost; not run unless named), ``otel_genai``,
+``openllmetry``, ``openai_v2``: the peers that instrument the openai SDK (openlit needs
+openai < 3; anthropic's own tracing does not instrument openai).
 
 Parts (each a JSON record per run in ``benchmarks/out/scale-<stamp>.json``, tables on stdout):
 
@@ -70,6 +71,7 @@ VARIANTS: dict[str, tuple[str, str]] = {
     "firsttoken_own": ("firsttoken", "noop"),
     "firsttoken": ("firsttoken", "firsttoken"),
     "firsttoken_lean": ("firsttoken", "firsttoken_lean"),
+    "firsttoken_notail": ("firsttoken", "notail"),
     "otel_genai": ("otel_genai", "otel_genai"),
     "openllmetry": ("openllmetry", "openllmetry"),
     "openai_v2": ("openai_v2", "openai_v2"),
@@ -300,7 +302,11 @@ class Telemetry:
         trace.set_tracer_provider(self.tp)
         metrics.set_meter_provider(self.mp)
         _logs.set_logger_provider(self.lp)
-        if module != "none":
+        if module == "notail":  # the default but phase_spans="never": what the tail's waterfalls cost
+            import firsttoken
+
+            assert firsttoken.instrument(tracer_provider=self.tp, meter_provider=self.mp, phase_spans="never")
+        elif module != "none":
             sys.path.insert(0, str(PEERS))
             from variants import load
 
@@ -776,7 +782,7 @@ def drive(a: argparse.Namespace) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--parts", default="lag,objects,cardinality,throughput")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default=",".join(v for v in VARIANTS if v != "firsttoken_notail"))
     ap.add_argument("--concurrency", default="10,100,500", help="lag part: concurrent streams")
     ap.add_argument("--calls", type=int, default=200, help="lag part: calls per run (at least 6 x concurrency)")
     ap.add_argument("--reps", type=int, default=2, help="lag and throughput runs per variant, order alternating")
