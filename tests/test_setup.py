@@ -72,6 +72,13 @@ def test_argument_wins_over_env() -> None:
     assert config.load(options={"chunk_metrics": True}, environ={config.ENV_CHUNK_METRICS: "0"}).chunk_metrics
 
 
+def test_metric_value_limit_from_argument_env_and_default() -> None:
+    assert config.load(environ={}).metric_value_limit == 100
+    assert config.load(environ={config.ENV_METRIC_VALUE_LIMIT: " 7 "}).metric_value_limit == 7
+    both = config.load(environ={config.ENV_METRIC_VALUE_LIMIT: "7"}, options={"metric_value_limit": 3})
+    assert both.metric_value_limit == 3
+
+
 @pytest.mark.parametrize(
     ("kwargs", "environ", "message"),
     [
@@ -83,6 +90,11 @@ def test_argument_wins_over_env() -> None:
         ({}, {config.ENV_CONTENT_MAX_LENGTH: "lots"}, "is not an integer"),
         ({"options": {"content_max_length": 3}}, {}, "too small"),
         ({"options": {"redact": "no"}}, {}, "must be a callable"),
+        ({}, {config.ENV_METRIC_VALUE_LIMIT: "many"}, "FIRSTTOKEN_METRIC_VALUE_LIMIT='many' is not an integer"),
+        ({}, {config.ENV_METRIC_VALUE_LIMIT: "0"}, "FIRSTTOKEN_METRIC_VALUE_LIMIT='0' must be at least 1"),
+        ({"options": {"metric_value_limit": 0}}, {}, "metric_value_limit=0 must be an integer of at least 1"),
+        ({"options": {"metric_value_limit": True}}, {}, "metric_value_limit=True must be an integer"),
+        ({"options": {"metric_value_limit": "9"}}, {}, "metric_value_limit='9' must be an integer"),
     ],
 )
 def test_bad_settings_name_the_problem(kwargs: dict[str, Any], environ: dict[str, str], message: str) -> None:

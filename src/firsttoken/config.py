@@ -21,6 +21,7 @@ ENV_PHASE_SPANS = "FIRSTTOKEN_PHASE_SPANS"
 ENV_WIRE_PHASES = "FIRSTTOKEN_WIRE_PHASES"
 ENV_PROVIDER_HOSTS = "FIRSTTOKEN_PROVIDER_HOSTS"
 ENV_CONTENT_MAX_LENGTH = "FIRSTTOKEN_CONTENT_MAX_LENGTH"
+ENV_METRIC_VALUE_LIMIT = "FIRSTTOKEN_METRIC_VALUE_LIMIT"
 ENV_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 ENV_OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 
@@ -56,9 +57,20 @@ class Settings:
     provider_hosts: Mapping[str, str] = field(default_factory=dict)
     content_max_length: int = 8192
     redact: Redactor | None = None
+    metric_value_limit: int = 100
+    """Distinct values each unbounded metric attribute (model names, server address, upstream
+    provider, traffic class, action and phase names) may take; later ones are recorded as ``_OTHER``."""
 
 
-_OPTIONS = {"chunk_metrics", "phase_spans", "wire_phases", "provider_hosts", "content_max_length", "redact"}
+_OPTIONS = {
+    "chunk_metrics",
+    "phase_spans",
+    "wire_phases",
+    "provider_hosts",
+    "content_max_length",
+    "redact",
+    "metric_value_limit",
+}
 
 
 def _env(name: str, environ: Mapping[str, str]) -> str | None:
@@ -194,6 +206,23 @@ def load(
     if max_len < 16:
         raise ConfigError(f"content_max_length={max_len} is too small: use at least 16 characters")
 
+    limit_opt = opts.get("metric_value_limit")
+    if limit_opt is None:
+        raw = _env(ENV_METRIC_VALUE_LIMIT, env)
+        if raw is None:
+            value_limit = Settings.metric_value_limit
+        else:
+            try:
+                value_limit = int(raw)
+            except ValueError:
+                raise ConfigError(f"{ENV_METRIC_VALUE_LIMIT}={raw!r} is not an integer") from None
+            if value_limit < 1:
+                raise ConfigError(f"{ENV_METRIC_VALUE_LIMIT}={raw!r} must be at least 1")
+    elif isinstance(limit_opt, int) and not isinstance(limit_opt, bool) and limit_opt >= 1:
+        value_limit = limit_opt
+    else:
+        raise ConfigError(f"metric_value_limit={limit_opt!r} must be an integer of at least 1")
+
     redact = opts.get("redact")
     if redact is not None and not callable(redact):
         raise ConfigError(f"redact={redact!r} must be a callable (attribute_name, text) -> text | None")
@@ -206,6 +235,7 @@ def load(
         provider_hosts=hosts,
         content_max_length=max_len,
         redact=redact,
+        metric_value_limit=value_limit,
     )
 
 

@@ -8,8 +8,10 @@ linking a histogram bucket to the trace that filled it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import threading
 from operator import itemgetter
 from typing import Any
 
@@ -21,7 +23,7 @@ from opentelemetry.util.types import AttributeValue
 from . import semconv as sc
 from . import tail
 from ._sums import Key, SummedCounter, add_all
-from .config import PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, Settings
+from .config import PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, Settings, warn
 from .timeline import STREAM_TEXT_KEY, Timeline, is_cancellation, turn_bucket
 
 log = logging.getLogger("firsttoken")
@@ -30,6 +32,45 @@ _AT = itemgetter(0)
 
 _MAX_SERIES = 1024
 """Attribute sets kept for reuse; past that the cache starts over (it only saves building them)."""
+
+
+class _Bounds:
+    """The values each unbounded metric attribute may take: the first ``limit`` distinct ones seen
+    (per attribute, for the life of the Recorder), then :data:`semconv.METRIC_VALUE_OTHER`.
+
+    Counters are cumulative, so a value once exported keeps its series; a value refused once is
+    refused for good. One warning per attribute when it first overflows. Spans keep real values.
+    """
+
+    __slots__ = ("_kept", "_limit", "_lock")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._kept: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, key: str, value: str) -> str:
+        kept = self._kept.get(key)
+        if kept is not None and value in kept:
+            return value
+        with self._lock:
+            kept = self._kept.setdefault(key, set())
+            if value in kept:
+                return value
+            if len(kept) < self._limit:
+                kept.add(value)
+                return value
+            first = sc.METRIC_VALUE_OTHER not in kept
+            kept.add(sc.METRIC_VALUE_OTHER)  # marks the warning as given; never a kept value
+        if first:
+            # A warning turned into an error must not cost the call's telemetry.
+            with contextlib.suppress(Exception):
+                warn(
+                    f"{key} took more than {self._limit} distinct values; metrics record further ones "
+                    f"as {sc.METRIC_VALUE_OTHER} (spans keep them). Raise metric_value_limit "
+                    "(FIRSTTOKEN_METRIC_VALUE_LIMIT) if they are few and meant"
+                )
+        return sc.METRIC_VALUE_OTHER
 
 
 class _Series:
@@ -49,35 +90,41 @@ class _Series:
         "wire_key",
     )
 
-    def __init__(self, tl: Timeline) -> None:
+    def __init__(self, tl: Timeline, bound: _Bounds) -> None:
+        # Values an app may have without end (a model per fine-tuned id, a server per gateway
+        # upstream, a class per tenant) are bounded; operation, provider, stream, error type (the
+        # exception classes of the code) and the ones of fixed sets are not.
+        model = bound(sc.GEN_AI_REQUEST_MODEL, tl.request_model) if tl.request_model else None
+        traffic_class = bound(sc.FT_TRAFFIC_CLASS, tl.traffic_class) if tl.traffic_class else None
+        server = bound(sc.SERVER_ADDRESS, tl.server_address) if tl.server_address else None
         # The lever metrics' attributes are a subset: operation, provider, model, traffic class.
         lever: dict[str, AttributeValue] = {
             sc.GEN_AI_OPERATION_NAME: tl.operation,
             sc.GEN_AI_PROVIDER_NAME: tl.provider,
         }
-        if tl.request_model:
-            lever[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
-        if tl.traffic_class:
-            lever[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
+        if model:
+            lever[sc.GEN_AI_REQUEST_MODEL] = model
+        if traffic_class:
+            lever[sc.FT_TRAFFIC_CLASS] = traffic_class
         call: dict[str, AttributeValue] = {**lever, sc.GEN_AI_REQUEST_STREAM: tl.stream}
         if tl.response_model:
-            call[sc.GEN_AI_RESPONSE_MODEL] = tl.response_model
-        if tl.server_address:
-            call[sc.SERVER_ADDRESS] = tl.server_address
-            if tl.server_port is not None:
+            call[sc.GEN_AI_RESPONSE_MODEL] = bound(sc.GEN_AI_RESPONSE_MODEL, tl.response_model)
+        if server:
+            call[sc.SERVER_ADDRESS] = server
+            if tl.server_port is not None and server != sc.METRIC_VALUE_OTHER:
                 call[sc.SERVER_PORT] = tl.server_port
         if tl.error_type:
             call[sc.ERROR_TYPE] = tl.error_type
         upstream = tl.extra.get(sc.FT_UPSTREAM_PROVIDER)
         if upstream:  # behind a gateway: the providers it routes to, a handful per gateway
-            call[sc.FT_UPSTREAM_PROVIDER] = upstream
+            call[sc.FT_UPSTREAM_PROVIDER] = bound(sc.FT_UPSTREAM_PROVIDER, str(upstream))
         wire: dict[str, AttributeValue] = {sc.GEN_AI_PROVIDER_NAME: tl.provider}
-        if tl.request_model:
-            wire[sc.GEN_AI_REQUEST_MODEL] = tl.request_model
-        if tl.server_address:
-            wire[sc.SERVER_ADDRESS] = tl.server_address
-        if tl.traffic_class:
-            wire[sc.FT_TRAFFIC_CLASS] = tl.traffic_class
+        if model:
+            wire[sc.GEN_AI_REQUEST_MODEL] = model
+        if server:
+            wire[sc.SERVER_ADDRESS] = server
+        if traffic_class:
+            wire[sc.FT_TRAFFIC_CLASS] = traffic_class
         self.lever = lever
         self.lever_key: Key = tuple(lever.items())
         self.call = call
@@ -98,6 +145,7 @@ class Recorder:
         self._slow = tail.SlowTail()
         self._phase_keys: dict[str, str] = {}
         self._series_cache: dict[tuple[Any, ...], _Series] = {}
+        self._bound = _Bounds(settings.metric_value_limit)
         self._duration = meter.create_histogram(
             sc.M_OPERATION_DURATION,
             unit=sc.UNIT_SECONDS,
@@ -483,7 +531,7 @@ class Recorder:
         if series is None:
             if len(self._series_cache) >= _MAX_SERIES:  # models or errors named per call: start over
                 self._series_cache = {}
-            series = self._series_cache[ident] = _Series(tl)
+            series = self._series_cache[ident] = _Series(tl, self._bound)
         return series
 
     def _metrics(self, tl: Timeline, series: _Series, ctx: Any, sums: list[tuple[SummedCounter, float, Key]]) -> None:
@@ -586,9 +634,10 @@ class Recorder:
         span: Span = state.span
         duration = (end_ns - state.start_ns) / 1e9
         calls, total_ns, busy_ns = state.llm_summary(end_ns)
-        metric_attrs: dict[str, AttributeValue] = {sc.FT_ACTION_NAME: state.name}
+        bound = self._bound
+        metric_attrs: dict[str, AttributeValue] = {sc.FT_ACTION_NAME: bound(sc.FT_ACTION_NAME, state.name)}
         if state.traffic_class:
-            metric_attrs[sc.FT_TRAFFIC_CLASS] = state.traffic_class
+            metric_attrs[sc.FT_TRAFFIC_CLASS] = bound(sc.FT_TRAFFIC_CLASS, state.traffic_class)
         try:
             attrs: dict[str, AttributeValue] = {
                 sc.FT_ACTION_LLM_CALLS: calls,
@@ -619,11 +668,12 @@ class Recorder:
         return self.tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attrs)
 
     def finish_app_phase(self, span: Span, name: str, state: Any, duration: float, exc: BaseException | None) -> None:
-        attrs: dict[str, AttributeValue] = {sc.FT_APP_PHASE: name}
+        bound = self._bound
+        attrs: dict[str, AttributeValue] = {sc.FT_APP_PHASE: bound(sc.FT_APP_PHASE, name)}
         if state is not None:
-            attrs[sc.FT_ACTION_NAME] = state.name
+            attrs[sc.FT_ACTION_NAME] = bound(sc.FT_ACTION_NAME, state.name)
             if state.traffic_class:
-                attrs[sc.FT_TRAFFIC_CLASS] = state.traffic_class
+                attrs[sc.FT_TRAFFIC_CLASS] = bound(sc.FT_TRAFFIC_CLASS, state.traffic_class)
         try:
             if exc is not None:
                 attrs[sc.ERROR_TYPE] = type(exc).__qualname__

@@ -172,6 +172,11 @@ FT_FINISH_REASON: Final = "gen_ai.response.finish_reason"
 FT_SDK_CLIENT_NEW: Final = "firsttoken.sdk_client.new"
 """True on the first call an SDK client instance makes (a new client has a new connection pool)."""
 PREFIX_OTHER: Final = "_OTHER"
+METRIC_VALUE_OTHER: Final = "_OTHER"
+"""A metric attribute's value once that attribute has taken ``metric_value_limit`` distinct values
+(model names, server address, upstream provider, traffic class, action and phase names): the
+series stay bounded while the span keeps the real value. The name follows the conventions'
+``_OTHER`` for values outside a known set (``http.request.method``, ``error.type``)."""
 
 END_COMPLETED: Final = "completed"
 END_CLOSED: Final = "closed"

@@ -138,9 +138,40 @@ def abandon(tl: Timeline) -> None:
         _abandoned.put(tl)
 
 
+class _Watch(weakref.ref[Any]):
+    """A weak reference to what the app holds of a call, carrying the call: one object per call
+    for the collector to track (``weakref.finalize`` made four and a registry entry)."""
+
+    __slots__ = ("tl",)
+    tl: Timeline
+
+    def __new__(cls, obj: object, tl: Timeline) -> _Watch:
+        self = super().__new__(cls, obj, _collected)
+        self.tl = tl
+        return self
+
+
+_watching: dict[int, _Watch] = {}
+"""Keeps each watch alive until its object is collected (a reference dies with its holder)."""
+
+
+def _collected(ref: _Watch) -> None:
+    # Runs inside the garbage collector, maybe: no locks (abandon only queues).
+    _watching.pop(id(ref), None)
+    abandon(ref.tl)
+
+
 def watch(obj: object, tl: Timeline) -> None:
     """End ``tl`` as abandoned when ``obj`` is collected before the call ended."""
-    weakref.finalize(obj, abandon, tl)
+    ref = _Watch(obj, tl)
+    _watching[id(ref)] = ref
+
+
+def _at_exit() -> None:
+    """At exit, the calls whose objects are still alive and unfinished are abandoned there."""
+    for ref in list(_watching.values()):
+        abandon(ref.tl)
+    flush_abandoned()
 
 
 def _finish_abandoned(item: Timeline | threading.Event) -> None:
@@ -197,5 +228,5 @@ def _after_fork() -> None:
 
 
 _started = False
-atexit.register(flush_abandoned)
+atexit.register(_at_exit)
 os.register_at_fork(after_in_child=_after_fork)

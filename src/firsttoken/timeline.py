@@ -93,6 +93,7 @@ class Timeline:
         "start_wall_ns",
         "status_code",
         "stream",
+        "stream_gen",
         "token_chunk_count",
         "traffic_class",
     )
@@ -179,6 +180,8 @@ class Timeline:
         self.end_reason: str | None = None
         self.on_close: Callable[[Timeline, Any, int], None] | None = None
         """Set once the app holds the response: what to do when the transport sees it close."""
+        self.stream_gen: Any = None
+        """A weak reference to the generator observing the call's stream, once there is one."""
         self.ended = False
 
     # -- marks -----------------------------------------------------------------------------

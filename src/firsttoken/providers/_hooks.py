@@ -60,6 +60,8 @@ class CallHooks:
 
     def __init__(self, recorder: Recorder, provider_of: common.ProviderResolver) -> None:
         self.recorder = recorder
+        self._finish = recorder.finish
+        """One bound method for every call's timeline (a new one per call is one more object in flight)."""
         self.provider_of = provider_of
         self._servers: dict[int, tuple[Any, str | None, int | None, Endpoint]] = {}
         """id(base URL) -> (the URL, server.address, server.port, endpoint): worked out once per client."""
@@ -119,7 +121,7 @@ class CallHooks:
                 server_address=host,
                 server_port=port,
                 stream=what.stream,
-                on_finish=self.recorder.finish,
+                on_finish=self._finish,
                 start=CALL_START.get(),
             )
             tl.api_type = what.api_type
