@@ -203,6 +203,8 @@ def otlp_json_call(span_id: str, model: str) -> bytes:
             {"key": "gen_ai.request.model", "value": {"stringValue": model}},
             {"key": "firsttoken.time_to_first_token", "value": {"doubleValue": 0.2}},
             {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "12"}},
+            {"key": "firsttoken.phase_duration.decode", "value": {"doubleValue": 0.2}},
+            {"key": "firsttoken.phase_duration.server_wait", "value": {"doubleValue": 0.3}},
         ],
     }
     resource = {"attributes": [{"key": "service.name", "value": {"stringValue": "json-app"}}]}
@@ -224,6 +226,12 @@ def test_otlp_json_with_hex_ids_and_restart(tmp_path: Path) -> None:
         call = second.get("/api/call?span_id=eee19b7ec3c1b174")
         assert (call["service"], call["model"], call["ttft"], call["input_tokens"]) == ("json-app", "gpt-4.1", 0.2, 12)
         assert call["e2e"] == pytest.approx(0.5)
+        # No phase spans came (they are sampled): the waterfall is laid from the durations, in wire order.
+        assert call["phases_from"] == "durations"
+        assert [(p["phase"], p["start_s"], p["duration_s"]) for p in call["phases"]] == [
+            ("server_wait", 0.0, 0.3),
+            ("decode", 0.3, 0.2),
+        ]
     finally:
         second.close()
 

@@ -12,8 +12,8 @@ body { font-family: system-ui, sans-serif; margin: 1.2em 2em; color: #222; }
 h1 { font-size: 1.4em; margin: 0 0 0.3em; }
 h2 { font-size: 1.1em; margin: 1.2em 0 0.4em; }
 .bar { display: flex; gap: 1.2em; align-items: center; flex-wrap: wrap; color: #444; }
-table { border-collapse: collapse; font-size: 0.9em; }
-td, th { border: 1px solid #ddd; padding: 0.25em 0.55em; text-align: right; white-space: nowrap; }
+table { border-collapse: collapse; font-size: 0.82em; }
+td, th { border: 1px solid #ddd; padding: 0.2em 0.45em; text-align: right; white-space: nowrap; }
 td:first-child, th:first-child { text-align: left; }
 tr.pick { cursor: pointer; }
 tr.pick:hover { background: #eef4ff; }
@@ -53,6 +53,7 @@ token after the first. Cache hit: cached share of the input tokens.</p>
 <div id="detail" hidden>
   <h2 id="detail-title"></h2>
   <div id="waterfall"></div>
+  <p id="waterfall-note" class="note"></p>
   <div class="cols">
     <div><h2>The user action around it</h2><div id="action"></div></div>
     <div><h2>Attributes</h2><table id="attrs"></table></div>
@@ -133,6 +134,9 @@ async function show(spanId) {
     legend: {orientation: "h", traceorder: "normal", yref: "container", y: 0, yanchor: "bottom"}},
     {responsive: true, displaylogo: false});
   $("waterfall").dataset.phases = JSON.stringify(call.phases.map((p) => [p.phase, p.colour]));
+  $("waterfall-note").textContent = call.phases_from === "spans" ? "" :
+    "No phase spans were sampled for this call: its phases are drawn end to end from the phase durations " +
+    "every call span carries (firsttoken.phase_duration.*).";
   $("attrs").innerHTML = Object.entries(call.attrs).sort().map(([k, v]) =>
     `<tr><td>${esc(k)}</td><td>${esc(typeof v === "object" ? JSON.stringify(v) : v)}</td></tr>`).join("");
   const a = call.action;

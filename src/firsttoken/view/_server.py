@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from .. import semconv as sc
 from ..cli.palette import phase_colour, phase_order
 from . import _otlp
 from ._page import render
@@ -43,6 +44,21 @@ class ViewServer(ThreadingHTTPServer):
         if self._page is None:
             self._page = render(self._plotly_js, self.url)
         return self._page
+
+
+def _from_durations(attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    """A call's phases from its ``firsttoken.phase_duration.<phase>`` attributes, laid end to end in wire order
+    (phase spans exist only for sampled calls; the durations are on every call span)."""
+    durations = [
+        (key[len(sc.FT_PHASE_DURATION_PREFIX) :], value)
+        for key, value in attrs.items()
+        if key.startswith(sc.FT_PHASE_DURATION_PREFIX) and isinstance(value, (int, float))
+    ]
+    out, at = [], 0.0
+    for phase, seconds in sorted(durations, key=lambda d: phase_order(d[0])):
+        out.append({"phase": phase, "start_s": at, "duration_s": float(seconds)})
+        at += float(seconds)
+    return out
 
 
 def _arg(query: dict[str, list[str]], name: str, default: str) -> str:
@@ -127,6 +143,10 @@ class Handler(BaseHTTPRequestHandler):
                 if call is None:
                     self._error(404, "no such call")
                     return
+                call["phases_from"] = "spans"
+                if not call["phases"]:  # no phase child spans (they are sampled): the durations every call has
+                    call["phases"] = _from_durations(call["attrs"])
+                    call["phases_from"] = "durations"
                 call["phases"] = sorted(call["phases"], key=lambda p: (p["start_s"], phase_order(p["phase"])))
                 for p in call["phases"]:
                     p["colour"] = phase_colour(p["phase"])
