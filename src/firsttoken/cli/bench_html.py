@@ -22,7 +22,7 @@ class ReportError(Exception):
     """The HTML report cannot be written (its chart library is missing)."""
 
 
-def _plotly_js() -> str:
+def plotly_js() -> str:
     try:
         from plotly.offline import get_plotlyjs  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
@@ -353,7 +353,7 @@ dl.facts {{ display: grid; grid-template-columns: max-content auto; gap: 0.2em 1
 dl.facts dt {{ font-weight: 600; }}
 dl.facts dd {{ margin: 0; }}
 </style>
-<script>{_plotly_js()}</script>
+<script>{plotly_js()}</script>
 </head><body>
 <h1>{html.escape(title)}</h1>
 <p>Every number was recorded by firsttoken's instrumentation of the SDK calls (the same numbers it exports).</p>

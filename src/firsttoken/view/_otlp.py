@@ -1,0 +1,154 @@
+"""OTLP/HTTP trace requests, protobuf or JSON, decoded with the OpenTelemetry protobuf package into
+plain span records (ids as hex, attributes as Python values)."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+
+
+class BadRequest(Exception):
+    """The body is not a valid OTLP request: the reason goes back to the sender with a 400."""
+
+
+class Unsupported(Exception):
+    """A content type or encoding the receiver does not speak: a 415."""
+
+
+@dataclass
+class SpanRecord:
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    name: str
+    start_ns: int
+    end_ns: int
+    error: bool
+    attributes: dict[str, Any]
+    service: str
+    instance: str
+
+
+def _value(v: Any) -> Any:
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _value(kv.value) for kv in v.kvlist_value.values}
+    if kind == "bytes_value":
+        return base64.b64encode(v.bytes_value).decode()
+    return getattr(v, kind)
+
+
+def _attributes(kvs: Any) -> dict[str, Any]:
+    return {kv.key: _value(kv.value) for kv in kvs}
+
+
+def _hex_to_base64(obj: Any) -> Any:
+    """OTLP's JSON encoding writes trace and span ids as hex, where protobuf's JSON mapping wants base64."""
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str) and value:
+                try:
+                    value = base64.b64encode(bytes.fromhex(value)).decode()
+                except ValueError:
+                    raise BadRequest(f"{key} {value!r} is not hex (OTLP/JSON writes ids as hex)") from None
+            out[key] = _hex_to_base64(value)
+        return out
+    if isinstance(obj, list):
+        return [_hex_to_base64(x) for x in obj]
+    return obj
+
+
+def decode_body(body: bytes, encoding: str | None) -> bytes:
+    encoding = (encoding or "identity").strip().lower()
+    if encoding == "identity":
+        return body
+    try:
+        if encoding == "gzip":
+            return gzip.decompress(body)
+        if encoding == "deflate":
+            return zlib.decompress(body)
+    except (OSError, zlib.error, EOFError) as exc:
+        raise BadRequest(f"the body is not valid {encoding}: {exc}") from None
+    raise Unsupported(f"content-encoding {encoding!r} is not supported (gzip, deflate or none)")
+
+
+def _parse(message: Any, body: bytes, content_type: str | None) -> Any:
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    if kind == PROTOBUF:
+        try:
+            message.ParseFromString(body)
+        except DecodeError as exc:
+            raise BadRequest(f"not an OTLP protobuf message: {exc}") from None
+        return message
+    if kind == JSON:
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadRequest(f"not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise BadRequest("an OTLP/JSON request is an object")
+        try:
+            json_format.ParseDict(_hex_to_base64(data), message, ignore_unknown_fields=True)
+        except json_format.ParseError as exc:
+            raise BadRequest(f"not an OTLP/JSON request: {exc}") from None
+        return message
+    raise Unsupported(f"content-type {content_type!r}: send {PROTOBUF} or {JSON}")
+
+
+def parse_traces(body: bytes, content_type: str | None) -> list[SpanRecord]:
+    request = _parse(ExportTraceServiceRequest(), body, content_type)
+    out: list[SpanRecord] = []
+    for resource_spans in request.resource_spans:
+        resource = _attributes(resource_spans.resource.attributes)
+        service = str(resource.get("service.name") or "unknown_service")
+        instance = str(resource.get("service.instance.id") or "")
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                if len(span.trace_id) != 16 or len(span.span_id) != 8:
+                    raise BadRequest(f"span {span.name!r} has no valid trace id or span id")
+                out.append(
+                    SpanRecord(
+                        trace_id=span.trace_id.hex(),
+                        span_id=span.span_id.hex(),
+                        parent_id=span.parent_span_id.hex() or None,
+                        name=span.name,
+                        start_ns=int(span.start_time_unix_nano),
+                        end_ns=int(span.end_time_unix_nano),
+                        error=span.status.code == 2,  # STATUS_CODE_ERROR
+                        attributes=_attributes(span.attributes),
+                        service=service,
+                        instance=instance,
+                    )
+                )
+    return out
+
+
+def parse_metrics(body: bytes, content_type: str | None) -> int:
+    """Validate a metrics request (not stored: the page computes from the spans); its data point count."""
+    request = _parse(ExportMetricsServiceRequest(), body, content_type)
+    return sum(len(m.ListFields()) for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
+
+
+def response_body(content_type: str | None) -> tuple[str, bytes]:
+    """An empty Export*ServiceResponse (full success), in the request's encoding."""
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    if kind == JSON:
+        return JSON, b"{}"
+    return PROTOBUF, b""

@@ -1,0 +1,275 @@
+"""``firsttoken view``: a real app, instrumented with firsttoken's own OTLP set-up, sends its calls to the
+viewer over HTTP; the viewer stores them in SQLite and shows them on a page read in headless Chromium."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from firsttoken import view
+from firsttoken.cli.palette import phase_colour
+
+from .test_bench_html import run_browser
+
+APP = """
+import json, sys
+import anthropic, openai
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import firsttoken
+from firsttoken.sim import LatencyModel, Simulator
+
+firsttoken.instrument()  # firsttoken's own set-up: OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT
+seen = InMemorySpanExporter()
+trace.get_tracer_provider().add_span_processor(SimpleSpanProcessor(seen))
+slow = LatencyModel(queue_ms=250, decode_tokens_per_s=400, jitter=0, output_tokens=20)
+with Simulator(seed=3, models={"slow-model": slow}) as sim:
+    oa = openai.OpenAI(base_url=sim.openai_base_url, api_key="k")
+    an = anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key="k")
+    with firsttoken.action("answer_question", traffic_class="interactive"):
+        for _ in oa.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True,
+            stream_options={"include_usage": True},
+        ):
+            pass
+        for _ in oa.chat.completions.create(
+            model="slow-model", messages=[{"role": "user", "content": "hi"}], stream=True,
+        ):
+            pass
+    an.messages.create(model="claude-sonnet-4-6", max_tokens=40, messages=[{"role": "user", "content": "hi"}])
+    for _ in range(3):
+        oa.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+calls = [
+    {"span_id": format(s.context.span_id, "016x"), "trace_id": format(s.context.trace_id, "032x"),
+     "model": s.attributes.get("gen_ai.request.model"), "ttft": s.attributes.get("firsttoken.time_to_first_token"),
+     "e2e": (s.end_time - s.start_time) / 1e9}
+    for s in seen.get_finished_spans() if "gen_ai.operation.name" in (s.attributes or {})
+]
+json.dump(calls, sys.stdout)
+"""
+
+
+class Viewer:
+    def __init__(self, db: str) -> None:
+        self.server = view.make_server(port=0, db=db)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        self.url = self.server.url
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=30) as r:
+            return json.load(r)
+
+    def post(self, body: bytes, content_type: str, path: str = "/v1/traces", **headers: str) -> tuple[int, bytes]:
+        request = urllib.request.Request(
+            self.url + path, data=body, method="POST", headers={"Content-Type": content_type, **headers}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.server.store.close()
+
+
+@pytest.fixture
+def viewer(tmp_path: Path) -> Iterator[Viewer]:
+    v = Viewer(str(tmp_path / "view.sqlite3"))
+    try:
+        yield v
+    finally:
+        v.close()
+
+
+def run_app(url: str) -> list[dict[str, Any]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))}
+    env.update(OTEL_EXPORTER_OTLP_ENDPOINT=url, OTEL_SERVICE_NAME="view-test-app", FIRSTTOKEN_PHASE_SPANS="always")
+    result = subprocess.run([sys.executable, "-c", APP], env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    calls: list[dict[str, Any]] = json.loads(result.stdout)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Viewer, list[dict[str, Any]]]]:
+    v = Viewer(str(tmp_path_factory.mktemp("view") / "view.sqlite3"))
+    try:
+        yield v, run_app(v.url)  # the app flushes its exporter at exit: everything has arrived
+    finally:
+        v.close()
+
+
+def test_the_stored_calls_are_the_calls_the_app_saw(fed: tuple[Viewer, list[dict[str, Any]]]) -> None:
+    v, seen = fed
+    assert len(seen) == 6
+    overview = v.get("/api/overview?window=900&group=model&metric=e2e")
+    assert overview["stored"] == 6
+    for call in seen:
+        stored = v.get(f"/api/call?span_id={call['span_id']}")
+        assert stored["trace_id"] == call["trace_id"] and stored["model"] == call["model"]
+        assert stored["ttft"] == call["ttft"]  # the same float, not a re-measurement
+        assert stored["e2e"] == pytest.approx(call["e2e"], abs=1e-6)
+        assert stored["service"] == "view-test-app"
+    counts = {row["key"]: row["calls"] for row in overview["summary"]}
+    assert counts == {"gpt-4o-mini": 1, "slow-model": 1, "claude-sonnet-4-6": 1, "gpt-4o": 3}
+    assert [a["key"] for a in overview["actions"]] == ["answer_question"]
+
+
+def test_a_call_has_its_phases_and_the_action_around_it(fed: tuple[Viewer, list[dict[str, Any]]]) -> None:
+    v, seen = fed
+    slow = next(c for c in seen if c["model"] == "slow-model")
+    call = v.get(f"/api/call?span_id={slow['span_id']}")
+    phases = [p["phase"] for p in call["phases"]]
+    assert {"server_wait", "wait_first_token", "decode"} <= set(phases)
+    assert all(p["colour"] == phase_colour(p["phase"]) for p in call["phases"])
+    assert call["action"]["name"] == "answer_question"
+    assert sorted(c["model"] for c in call["action"]["calls"]) == ["gpt-4o-mini", "slow-model"]
+    assert call["attrs"]["firsttoken.traffic_class"] == "interactive"
+
+
+def test_the_page_opens_the_slowest_call_and_draws_its_waterfall(fed: tuple[Viewer, list[dict[str, Any]]]) -> None:
+    v, _ = fed
+    slowest = v.get("/api/overview?window=900&group=model&metric=ttft")["slowest"][0]
+    assert slowest["model"] == "slow-model"  # its 250 ms queue makes it the slowest to first token
+    result = run_browser("--dump-dom", f"{v.url}/#call={slowest['span_id']}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    assert f'data-shown="{slowest["span_id"]}"' in dom  # the call was opened
+    assert re.search(r'data-refreshed="\d+"', dom)  # the overview was drawn
+    drawn = json.loads(re.search(r'data-phases="([^"]*)"', dom).group(1).replace("&quot;", '"'))  # type: ignore[union-attr]
+    assert drawn and all(colour == phase_colour(phase) for phase, colour in drawn)
+    waterfall = dom.split('id="waterfall"', 1)[1].split("</svg>", 1)[0]
+    assert 'class="main-svg"' in waterfall and "bars" in waterfall  # plotly drew the bars
+    summary = dom.split('id="summary"', 1)[1].split("</table>", 1)[0]
+    assert "slow-model" in summary and "gpt-4o-mini" in summary  # the overview table has the app's calls
+    assert "answer_question" in dom.split('id="actions"', 1)[1].split("</table>", 1)[0]
+    assert "view-test-app" in dom.split('id="slowest"', 1)[1].split("</table>", 1)[0]
+
+
+def test_bad_requests_get_their_status_and_reason(viewer: Viewer) -> None:
+    status, body = viewer.post(b"\xff\x00garbage", "application/x-protobuf")
+    assert status == 400 and b"not an OTLP protobuf message" in body
+    status, body = viewer.post(b"{not json", "application/json")
+    assert status == 400 and b"not JSON" in body
+    status, body = viewer.post(b"{}", "text/plain")
+    assert status == 415 and b"application/x-protobuf" in body
+    status, body = viewer.post(b"\0" * 100, "application/x-protobuf", **{"Content-Encoding": "br"})
+    assert status == 415
+    status, body = viewer.post(b"x", "application/x-protobuf", **{"Content-Encoding": "gzip"})
+    assert status == 400 and b"not valid gzip" in body
+    viewer.server.max_body = 1000
+    status, body = viewer.post(b"\0" * 5000, "application/x-protobuf")
+    assert status == 413
+    status, _ = viewer.post(gzip.compress(b"\0" * 5000), "application/x-protobuf", **{"Content-Encoding": "gzip"})
+    assert status == 400  # within the limit on the wire, over it decompressed
+    status, _ = viewer.post(b"", "application/x-protobuf", path="/v1/nothing")
+    assert status == 404
+    # ... and the receiver goes on taking good requests.
+    assert viewer.post(b"", "application/x-protobuf")[0] == 200
+    assert viewer.post(b"", "application/x-protobuf", path="/v1/metrics")[0] == 200
+    assert viewer.get("/healthz")["stored_calls"] == 0
+
+
+def otlp_json_call(span_id: str, model: str) -> bytes:
+    now = time.time_ns()  # within the viewer's age bound
+    span = {
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": span_id,
+        "name": f"chat {model}",
+        "kind": 3,
+        "startTimeUnixNano": str(now),
+        "endTimeUnixNano": str(now + 500_000_000),
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "gen_ai.provider.name", "value": {"stringValue": "openai"}},
+            {"key": "gen_ai.request.model", "value": {"stringValue": model}},
+            {"key": "firsttoken.time_to_first_token", "value": {"doubleValue": 0.2}},
+            {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "12"}},
+            {"key": "firsttoken.phase_duration.decode", "value": {"doubleValue": 0.2}},
+            {"key": "firsttoken.phase_duration.server_wait", "value": {"doubleValue": 0.3}},
+        ],
+    }
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": "json-app"}}]}
+    return json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": [span]}]}]}).encode()
+
+
+def test_otlp_json_with_hex_ids_and_restart(tmp_path: Path) -> None:
+    db = str(tmp_path / "kept.sqlite3")
+    first = Viewer(db)
+    try:
+        status, body = first.post(otlp_json_call("eee19b7ec3c1b174", "gpt-4.1"), "application/json")
+        assert (status, body) == (200, b"{}")
+        status, body = first.post(otlp_json_call("zz", "gpt-4.1"), "application/json")
+        assert status == 400 and b"not hex" in body
+    finally:
+        first.close()
+    second = Viewer(db)  # a restart of the viewer: the call is still there
+    try:
+        call = second.get("/api/call?span_id=eee19b7ec3c1b174")
+        assert (call["service"], call["model"], call["ttft"], call["input_tokens"]) == ("json-app", "gpt-4.1", 0.2, 12)
+        assert call["e2e"] == pytest.approx(0.5)
+        # No phase spans came (they are sampled): the waterfall is laid from the durations, in wire order.
+        assert call["phases_from"] == "durations"
+        assert [(p["phase"], p["start_s"], p["duration_s"]) for p in call["phases"]] == [
+            ("server_wait", 0.0, 0.3),
+            ("decode", 0.3, 0.2),
+        ]
+    finally:
+        second.close()
+
+
+def test_the_store_keeps_its_bounds(tmp_path: Path) -> None:
+    store = view.Store(str(tmp_path / "bounded.sqlite3"), max_calls=10)
+    records = view.parse_traces(b"", "application/x-protobuf")
+    assert records == []
+    now = time.time_ns()
+    calls = [
+        view.SpanRecord(
+            trace_id=f"{i:032x}", span_id=f"{i:016x}", parent_id=None, name="chat m",
+            start_ns=now + i, end_ns=now + i + 1, error=False,
+            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}, service="s", instance="",
+        )
+        for i in range(25)
+    ]  # fmt: skip
+    store.add(calls)
+    store.trim()
+    assert store.count() == 10  # the newest ten
+    old = view.Store(str(tmp_path / "old.sqlite3"), max_age_s=60)
+    stale = calls[0]
+    stale.start_ns = stale.end_ns = now - 3600 * 10**9
+    old.add([stale])
+    old.trim()
+    assert old.count() == 0
+    store.close()
+    old.close()
+
+
+def test_the_command_refuses_bad_flags_in_one_line() -> None:
+    for args, words in (
+        (["--port", "0"], "--port"),
+        (["--max-calls", "x"], "--max-calls"),
+        (["--port", "70000"], "65535"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "firsttoken", "view", *args], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 2 and words in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
