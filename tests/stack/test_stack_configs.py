@@ -241,7 +241,7 @@ def test_compose_mounts_exist_and_commands_point_at_them() -> None:
     assert "--web.enable-otlp-receiver" in prom and "--enable-feature=exemplar-storage" in prom
     assert "--config.file=/etc/prometheus/prometheus.yml" in prom
     assert mounts["prometheus"]["/etc/prometheus/rules"] == ROOT / "prometheus" / "rules"
-    assert load_yaml(ROOT / "prometheus" / "prometheus.yml")["rule_files"] == ["/etc/prometheus/rules/*.yml"]
+    assert load_yaml(ROOT / "prometheus" / "prometheus.yml")["rule_files"] == ["rules/*.yml"]
     assert "-config.file=/etc/tempo/tempo.yaml" in services["tempo"]["command"]
     assert mounts["tempo"]["/etc/tempo/tempo.yaml"] == TEMPO
     am = services["alertmanager"]
