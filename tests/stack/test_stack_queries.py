@@ -125,6 +125,30 @@ def test_trace_searches_use_the_attributes_firsttoken_records() -> None:
         assert not re.search(r"\$\w", traceql), f"{where}: a bare $variable is not a TraceQL regex"
 
 
+# Span attributes firsttoken records as doubles (seconds).
+FLOAT_ATTRIBUTES = {sc.FT_TIME_TO_FIRST_TOKEN, sc.FT_TIME_PER_OUTPUT_TOKEN, sc.FT_TIME_TO_RESPONSE_HEADERS}
+
+
+def test_trace_searches_compare_float_attributes_with_float_literals() -> None:
+    """Tempo 3 picks the parquet column to scan from the literal's type, not the attribute's: in
+    tempodb/encoding/vparquet5/block_traceql.go at v3.0.3, createAttributeIterator switches on
+    cond.Operands[0].Type and an int literal builds only the int-column predicate. So
+    `span.firsttoken.time_to_first_token > 1` never matches the float attribute (grafana/tempo issue
+    4332): slow successful calls never showed. Tempo is not run here (docs/stack.md), so the rule is
+    checked on the query text: a float attribute is compared with a literal written with a point."""
+    searches = [(where, t["query"]) for where, panel in _query_panels(TEMPO_VARIABLE) for t in panel["targets"]]
+    checked = 0
+    for where, traceql in searches:
+        for attribute, literal in re.findall(r"span\.([\w.]+)\s*(?:>=|<=|!=|=|>|<)\s*(-?[0-9][0-9.eE+-]*)", traceql):
+            if attribute in FLOAT_ATTRIBUTES:
+                checked += 1
+                assert "." in literal or "e" in literal.lower(), (
+                    f"{where}: span.{attribute} (a float) compared with the int literal {literal}: Tempo 3 "
+                    f"scans only its int column and never matches; write {literal}.0"
+                )
+    assert checked, "no float attribute compared in any trace search"
+
+
 def test_no_heatmap_counts_a_call_twice() -> None:
     """increase() over $__rate_interval at a 15 s step counts each call in 2-4 overlapping windows."""
     for where, panel in _query_panels():
