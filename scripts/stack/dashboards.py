@@ -828,7 +828,8 @@ def latency_overview(min_interval: str) -> dict[str, Any]:
     lay.traces(
         f"Failed calls and calls over {seconds_text(tightest)} to first token (traces in Tempo)",
         f'{{ span.{sc.GEN_AI_PROVIDER_NAME} =~ "${{provider:regex}}" && span.{sc.GEN_AI_REQUEST_MODEL} =~ '
-        f'"${{model:regex}}" && (status = error || span.{sc.FT_TIME_TO_FIRST_TOKEN} > {tightest:g}) }}',
+        # A float literal: Tempo 3 scans the column of the literal's type (an int would never match).
+        f'"${{model:regex}}" && (status = error || span.{sc.FT_TIME_TO_FIRST_TOKEN} > {float(tightest)!r}) }}',
         description=f"Tempo search over the selected range: call spans that failed or waited longer than "
         f"{seconds_text(tightest)} (the tightest TTFT target of prometheus/rules/targets.yml) for the first token. "
         "The Collector's tail sampling keeps every such trace. Click a trace id to open its spans.",
