@@ -620,3 +620,30 @@ def test_the_normal_workload_fires_nothing(stack: Stack) -> None:
     if not stack.evaluated_with_override:
         pytest.skip("runs after test_a_ttft_regression_fires_its_alert_and_reaches_alertmanager")
     assert not stack.normal_firing, f"the normal workload fired {stack.normal_firing}"
+
+
+# -- the shipped Collector configs, validated by the real Collector -----------------------------------
+
+COLLECTOR_CONFIGS = [
+    ROOT / "collector-config" / "otelcol.yaml",
+    ROOT / "collector-config" / "scale-out" / "router.yaml",
+    ROOT / "collector-config" / "scale-out" / "sampler.yaml",
+]
+
+
+@pytest.mark.parametrize("path", COLLECTOR_CONFIGS, ids=lambda p: p.name)
+def test_the_real_collector_validates_the_shipped_config(path: Path) -> None:
+    result = subprocess.run(
+        [binary("otelcol"), "validate", f"--config={path}"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_built_collector_has_exactly_the_manifest_components() -> None:
+    from test_stack_configs import builder_components
+
+    out = subprocess.run([binary("otelcol"), "components"], capture_output=True, text=True, timeout=60, check=True)
+    listed = yaml.safe_load(out.stdout)
+    built = {(kind, c["name"]) for kind in ("extensions", "receivers", "processors", "exporters") for c in listed[kind]}
+    assert built == builder_components()
+    assert listed["buildinfo"]["version"] == "0.159.0"
