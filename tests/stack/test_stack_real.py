@@ -23,6 +23,7 @@ import http.server
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -376,6 +377,19 @@ def test_series_names_are_exactly_the_documented_ones(stack: Stack) -> None:
     names = {s["__name__"] for s in series} - {"target_info"}
     documented = documented_series()
     assert names <= documented, f"in Prometheus but not in docs/metrics.md: {sorted(names - documented)}"
+    # Labels: the attribute table of docs/metrics.md, plus what Prometheus itself adds (job and instance
+    # from service.name/service.instance.id, le) and the resource attributes prometheus.yml promotes.
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    table = text[text.index("## Attribute keys and labels") : text.index("## Recording rules")]
+    documented_labels = set(re.findall(r"\| `[a-z_.]+` \| `([a-z_]+)` \|", table))
+    promoted = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())["otlp"]
+    infra = {"__name__", "job", "instance", "le"} | {
+        a.replace(".", "_") for a in promoted.get("promote_resource_attributes", [])
+    }
+    labels = {label for s in series if s["__name__"] != "target_info" for label in s}
+    assert labels <= documented_labels | infra, (
+        f"labels not in docs/metrics.md: {sorted(labels - documented_labels - infra)}"
+    )
     for name in (
         "gen_ai_client_operation_duration_seconds_bucket",
         "firsttoken_client_time_to_first_token_seconds_bucket",
