@@ -661,3 +661,166 @@ def test_the_built_collector_has_exactly_the_manifest_components() -> None:
     built = {(kind, c["name"]) for kind in ("extensions", "receivers", "processors", "exporters") for c in listed[kind]}
     assert built == builder_components()
     assert listed["buildinfo"]["version"] == "0.159.0"
+
+
+# -- g. scale-out: a router Collector, routing by trace id, in front of two sampler Collectors ---------
+
+# Loopback has no name with one address per sampler, so the router runs the shipped router.yaml with
+# one more --config, merged over it by the Collector, that swaps its DNS resolver for a static list
+# of the two samplers (the only difference from a deployment; docs/stack.md).
+SCALE_RUN_S = 60.0
+STOP_AT_S, RESTART_AT_S = 20.0, 35.0
+
+
+def static_resolver(hostnames: list[str]) -> str:
+    listed = ", ".join(f'"{h}"' for h in hostnames)
+    return f"--config=yaml:exporters::load_balancing::resolver: {{dns: null, static: {{hostnames: [{listed}]}}}}"
+
+
+def sampler_env(grpc_port: int, tempo_port: int) -> dict[str, str]:
+    return {
+        "FIRSTTOKEN_OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
+        "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{free_port()}",
+        "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
+        "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(free_port()),
+        "FIRSTTOKEN_TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{tempo_port}",
+    }
+
+
+def test_scale_out_keeps_traces_whole_and_survives_a_sampler_stopping() -> None:
+    otelcol = binary("otelcol")
+    sampler_cfg = f"--config={ROOT / 'collector-config' / 'scale-out' / 'sampler.yaml'}"
+    with tempfile.TemporaryDirectory(prefix="firsttoken-scale-") as tmpdir:
+        tmp = Path(tmpdir)
+        stored, sent = Spans(), Spans()
+        store = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_grpc.add_TraceServiceServicer_to_server(_TraceStore(stored), store)
+        tempo_port = store.add_insecure_port("127.0.0.1:0")
+        store.start()
+        procs: list[Process] = []
+        relay_server = None
+        try:
+            sampler_ports = [free_port(), free_port()]
+            envs = [sampler_env(p, tempo_port) for p in sampler_ports]
+            samplers = [
+                Process(f"sampler{i}", [otelcol, sampler_cfg], tmp / f"sampler{i}.log", env=envs[i]) for i in range(2)
+            ]
+            procs += samplers
+            router_ports = {"grpc": free_port(), "http": free_port(), "health": free_port()}
+            router = Process(
+                "router",
+                [
+                    otelcol,
+                    f"--config={ROOT / 'collector-config' / 'scale-out' / 'router.yaml'}",
+                    static_resolver([f"127.0.0.1:{p}" for p in sampler_ports]),
+                ],
+                tmp / "router.log",
+                env={
+                    "FIRSTTOKEN_OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{router_ports['grpc']}",
+                    "FIRSTTOKEN_OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{router_ports['http']}",
+                    "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{router_ports['health']}",
+                    "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
+                    "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(free_port()),
+                    # No Prometheus here: the router's metrics pipeline retries against a closed port.
+                    "FIRSTTOKEN_PROMETHEUS_OTLP_URL": f"http://127.0.0.1:{free_port()}/api/v1/otlp/v1/metrics",
+                },
+            )
+            procs.append(router)
+            for p, env in [(samplers[0], envs[0]), (samplers[1], envs[1])]:
+                wait_ready(
+                    p.process,
+                    f"http://{env['FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT']}/",
+                    name=p.name,
+                    timeout_s=60,
+                    poll_s=0.2,
+                    logs=p.logs,
+                )
+            wait_ready(
+                router.process,
+                f"http://127.0.0.1:{router_ports['health']}/",
+                name="router",
+                timeout_s=60,
+                poll_s=0.2,
+                logs=router.logs,
+            )
+            relay_server, relay_port = relay(f"http://127.0.0.1:{router_ports['http']}", sent)
+            demo = Process(
+                "demo",
+                [
+                    str(Path(sys.executable).parent / "firsttoken"),
+                    "demo",
+                    "--continuous",
+                    "--no-levers",
+                    "--concurrency=4",
+                    "--interval=1000",
+                    "--html=",
+                ],
+                tmp / "demo.log",
+                env={
+                    "OTEL_SERVICE_NAME": "firsttoken-demo",
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{relay_port}",
+                    "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                    "OTEL_METRIC_EXPORT_INTERVAL": "5000",
+                    "PYTHONUNBUFFERED": "1",
+                },
+            )
+            procs.append(demo)
+            t0 = time.time()
+            time.sleep(STOP_AT_S)
+            samplers[1].stop()
+            stopped = time.time()
+            time.sleep(RESTART_AT_S - STOP_AT_S)
+            samplers[1] = Process("sampler1", [otelcol, sampler_cfg], tmp / "sampler1-again.log", env=envs[1])
+            procs.append(samplers[1])
+            wait_ready(
+                samplers[1].process,
+                f"http://{envs[1]['FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT']}/",
+                name="sampler1",
+                timeout_s=60,
+                poll_s=0.2,
+                logs=samplers[1].logs,
+            )
+            restarted = time.time()
+            time.sleep(max(0.0, SCALE_RUN_S - (time.time() - t0)))
+            demo.stop(signal.SIGINT)
+            ended = time.time()
+            time.sleep(20)
+            sent_now, stored_now = sent.snapshot(), stored.snapshot()
+        finally:
+            for p in reversed(procs):
+                p.stop()
+            if relay_server is not None:
+                relay_server.shutdown()
+            store.stop(grace=None)
+
+    targets = generator("sampling").load_targets()
+
+    def window(spans: list[Any]) -> tuple[float, float]:
+        return min(s.start_time_unix_nano for s in spans) / 1e9, max(s.end_time_unix_nano for s in spans) / 1e9
+
+    before, during, after = [], [], []
+    for trace_id, spans in sent_now.items():
+        start, end = window(spans)
+        if end < stopped - 1:
+            before.append(trace_id)
+        elif start > restarted + 1 and end < ended - 2:
+            after.append(trace_id)
+        elif start < restarted and end > stopped - 1:
+            during.append(trace_id)
+    partial = [t for t in stored_now if t in sent_now and len(stored_now[t]) != len(sent_now[t])]
+    steady = set(before) | set(after)
+    lost = [t for t in steady if must_keep(sent_now[t], targets) and t not in stored_now]
+    must_during = [t for t in during if must_keep(sent_now[t], targets)]
+    lost_during = [t for t in must_during if t not in stored_now]
+    kept_during = [t for t in during if t in stored_now]
+    print(
+        f"scale-out: {len(before)} traces before the stop, {len(during)} during, {len(after)} after the restart; "
+        f"stored during the outage: {len(kept_during)}; must-keep traces lost during it: "
+        f"{len(lost_during)}/{len(must_during)}; partial traces stored: {len(partial)}; kept share "
+        f"{len([x for x in steady if x in stored_now]) / max(1, len(steady)):.1%} outside the outage, "
+        f"{len(kept_during) / max(1, len(during)):.1%} during it"
+    )
+    assert not [t for t in partial if t in steady], "a trace outside the outage arrived split or incomplete"
+    assert not lost, f"{len(lost)} must-keep traces outside the outage were dropped"
+    assert kept_during, "no trace reached the store while one sampler was down: traffic stopped"
+    assert any(t in stored_now for t in after), "nothing arrived after the sampler came back"
