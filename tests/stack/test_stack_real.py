@@ -192,6 +192,7 @@ class Stack:
     config: Path
     collector_http: str
     normal_firing: list[tuple[str, str]] = field(default_factory=list)
+    regression_exposition: str | None = None
     evaluated_with_override: bool = False
 
 
@@ -565,12 +566,16 @@ def test_a_ttft_regression_fires_its_alert_and_reaches_alertmanager(stack: Stack
     stack.normal_firing.extend(sorted(before))
 
     resource = Resource.create({"service.name": "firsttoken-regression"})
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
     meters = MeterProvider(
         resource=resource,
         metric_readers=[
+            reader,
             PeriodicExportingMetricReader(
                 OTLPMetricExporter(endpoint=f"{stack.collector_http}/v1/metrics"), export_interval_millis=1000
-            )
+            ),
         ],
     )
     tracers = TracerProvider(resource=resource)
@@ -595,6 +600,9 @@ def test_a_ttft_regression_fires_its_alert_and_reaches_alertmanager(stack: Stack
                 list(pool.map(lambda _: call(), range(48)))
             client.close()
         meters.force_flush()
+        from stack_openmetrics import OpenMetricsRenderer
+
+        stack.regression_exposition = OpenMetricsRenderer(reader).render()
         deadline = time.monotonic() + 120
         fired_after = reached_after = None
         while time.monotonic() < deadline and reached_after is None:
@@ -634,6 +642,28 @@ def test_the_normal_workload_fires_nothing(stack: Stack) -> None:
     if not stack.evaluated_with_override:
         pytest.skip("runs after test_a_ttft_regression_fires_its_alert_and_reaches_alertmanager")
     assert not stack.normal_firing, f"the normal workload fired {stack.normal_firing}"
+
+
+def test_the_project_translator_names_series_as_the_real_prometheus_does(stack: Stack) -> None:
+    """tests/stack/stack_openmetrics.py (the fast unit-test helper) against the real thing: the calls of the
+    regression test, read by an in-memory reader on the same MeterProvider, translated by it, give the
+    series names and label names the real Prometheus stored from the Collector's OTLP."""
+    if stack.regression_exposition is None:
+        pytest.skip("runs after test_a_ttft_regression_fires_its_alert_and_reaches_alertmanager")
+    ours: dict[str, set[frozenset[str]]] = {}
+    for line in stack.regression_exposition.splitlines():
+        if line and not line.startswith("#"):
+            name, _, rest = line.partition("{")
+            labels = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', rest.split("}")[0])) if rest else frozenset()
+            ours.setdefault(name.split(" ")[0], set()).add(labels)
+    real: dict[str, set[frozenset[str]]] = {}
+    for s in stack.prom.get("/api/v1/series", **{"match[]": '{job="firsttoken-regression"}'}):
+        if s["__name__"] != "target_info":
+            labels = frozenset(s) - {"__name__", "job", "instance"}
+            real.setdefault(s["__name__"], set()).add(labels)
+    assert set(ours) == set(real), f"translator only: {set(ours) - set(real)}; Prometheus only: {set(real) - set(ours)}"
+    for name in real:
+        assert ours[name] == real[name], (name, ours[name], real[name])
 
 
 # -- the shipped Collector configs, validated by the real Collector -----------------------------------
