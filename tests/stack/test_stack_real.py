@@ -48,6 +48,7 @@ from stack_tools import (
     substitute,
     variable_queries,
 )
+from test_stack_configs import kept_by
 from tests.servers import free_port, wait_ready
 
 grpc = pytest.importorskip("grpc")
@@ -465,6 +466,17 @@ def must_keep(spans: list[Any], targets: dict[str, dict[str, float]]) -> str | N
     return None
 
 
+def model_trace(spans: list[Any]) -> list[dict[str, Any]]:
+    """Protobuf spans in the form of test_stack_configs.py's policy model."""
+    status = {0: "UNSET", 1: "OK", 2: "ERROR"}
+    out = []
+    for s in spans:
+        span: dict[str, Any] = {kv.key: _attr(s, kv.key) for kv in s.attributes}
+        span.update(_status=status[s.status.code], _start=s.start_time_unix_nano / 1e9, _end=s.end_time_unix_nano / 1e9)
+        out.append(span)
+    return out
+
+
 def test_tail_sampling_keeps_every_slow_and_failed_call_and_a_tenth_of_the_rest(stack: Stack) -> None:
     sent = stack.sent.snapshot()
     stored = stack.stored.snapshot()
@@ -474,8 +486,12 @@ def test_tail_sampling_keeps_every_slow_and_failed_call_and_a_tenth_of_the_rest(
     decided = {t: s for t, s in sent.items() if max(x.end_time_unix_nano for x in s) < cutoff}
     kept_required = missing = rest = rest_kept = 0
     reasons: dict[str, int] = {}
+    disagree = []
     for trace_id, spans in decided.items():
         why = must_keep(spans, targets)
+        # The OTTL/policy model of test_stack_configs.py, checked here against the real processor.
+        if bool(kept_by(model_trace(spans))) != bool(why):
+            disagree.append((trace_id, why, kept_by(model_trace(spans))))
         if why:
             reasons[why] = reasons.get(why, 0) + 1
             if trace_id in stored:
@@ -494,6 +510,7 @@ def test_tail_sampling_keeps_every_slow_and_failed_call_and_a_tenth_of_the_rest(
         f"kept {kept_required}; the rest: {rest_kept}/{rest} kept ({share:.1%})"
     )
     assert missing == 0, f"{missing} traces over a target or failed were dropped"
+    assert not disagree, f"the policy model of test_stack_configs.py disagrees: {disagree[:5]}"
     assert kept_required > 0 and rest >= 100
     # 10% baseline: within a 99.9% binomial interval (normal approximation, 3.3 sigma).
     sigma = math.sqrt(0.1 * 0.9 / rest)
