@@ -57,7 +57,7 @@ trace_grpc = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_s
 
 BUILD = ROOT / "scripts" / "stack" / "build.sh"
 COMPONENTS = ("otelcol", "prometheus", "alertmanager")
-RUN_S = float(os.environ.get("FIRSTTOKEN_STACK_RUN_S", "75"))
+RUN_S = float(os.environ.get("FIRSTTOKEN_STACK_RUN_S", "90"))
 """How long the demo workload runs (seconds)."""
 
 # Dashboard queries the demo workload leaves without data, each with its reason. The test fails on a
