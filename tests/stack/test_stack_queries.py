@@ -149,6 +149,59 @@ def test_trace_searches_compare_float_attributes_with_float_literals() -> None:
     assert checked, "no float attribute compared in any trace search"
 
 
+def grafana_regex(value: str) -> str:
+    r"""Grafana's `:regex` format of one value: escapeRegex of @grafana/data (packages/grafana-data
+    src/text/string.ts), a backslash before each of \ ^ $ * + ? . ( ) | [ ] { } /."""
+    return re.sub(r"([\\^$*+?.()|\[\]{}/])", r"\\\1", value)
+
+
+# The escapes Go's strconv.Unquote accepts in a double-quoted string (Tempo's TraceQL lexer,
+# pkg/traceql/lexer.go at v3.0.3, unquotes every string token with it; a failure is a parse error).
+_GO_ESCAPE = re.compile(r'\\(?:[abfnrtv\\"]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{3})')
+
+
+def traceql_strings(traceql: str) -> list[str]:
+    """The string literals of a TraceQL query as Tempo's lexer unquotes them; AssertionError where
+    Go's strconv.Unquote would refuse one."""
+    out = []
+    for quoted, raw in re.findall(r'"((?:[^"\\]|\\.)*)"|`([^`]*)`', traceql):
+        if raw:
+            out.append(raw)
+            continue
+        text, i = [], 0
+        while i < len(quoted):
+            if quoted[i] != "\\":
+                text.append(quoted[i])
+                i += 1
+                continue
+            escape = _GO_ESCAPE.match(quoted, i)
+            assert escape, (
+                f"TraceQL string {quoted!r}: {quoted[i : i + 2]!r} is not a Go escape, Tempo fails to parse the query"
+            )
+            text.append(escape.group()[1] if escape.group()[1] in '\\"' else escape.group())
+            i = escape.end()
+        out.append("".join(text))
+    return out
+
+
+@pytest.mark.parametrize("model", ["gpt-4.1", "claude-3.5-sonnet", "gpt-4o-mini"])
+def test_trace_searches_parse_with_a_model_name_grafana_escapes(model: str) -> None:
+    r"""A model named with dots, chosen in the $model variable: Grafana's :regex format escapes the dots
+    (gpt-4\.1); inside a double-quoted TraceQL string that backslash is not a Go escape and Tempo
+    refuses the whole query. The search must parse and its regex match that model only."""
+    searches = [(where, t["query"]) for where, panel in _query_panels(TEMPO_VARIABLE) for t in panel["targets"]]
+    for where, traceql in searches:
+        expanded = traceql.replace("${model:regex}", grafana_regex(model)).replace("${provider:regex}", "openai")
+        literals = traceql_strings(expanded)
+        patterns = [s for s in literals if model.split(".")[0].split("-")[0] in s]
+        assert patterns, f"{where}: no model regex in {expanded}"
+        for pattern in patterns:
+            # RE2 and Python's re agree on these patterns.
+            assert re.search(pattern, model), (where, pattern)
+            if "." in model:
+                assert not re.search(pattern, model.replace(".", "x")), (where, pattern)
+
+
 def test_no_heatmap_counts_a_call_twice() -> None:
     """increase() over $__rate_interval at a 15 s step counts each call in 2-4 overlapping windows."""
     for where, panel in _query_panels():
