@@ -55,6 +55,11 @@ run_step mypy "$VENV/bin/mypy"
 # tests/real_server run against llama.cpp's llama-server, built once into a cache outside the repo.
 scripts/llama_server.sh --for-tests
 if scripts/llama_server.sh --check; then export FIRSTTOKEN_REAL_SERVER=required; fi
+# tests/stack/test_stack_real.py run the Collector, Prometheus and Alertmanager that docker-compose.yml
+# pins, built once from Go modules into a cache outside the repo. Required when built, and always in
+# CI (a failed build then fails those tests with one line saying which build and why).
+scripts/stack/build.sh --for-tests
+if [ "${CI:-}" = "true" ] || scripts/stack/build.sh --check; then export FIRSTTOKEN_STACK=required; fi
 run_step pytest "$VENV/bin/python" -m pytest -q "$@"
 # The SDK-facing tests again, on the oldest openai and anthropic SDKs firsttoken supports.
 run_step pytest-oldest-sdks scripts/compat.sh

@@ -827,8 +827,11 @@ def latency_overview(min_interval: str) -> dict[str, Any]:
     tightest = min(t.seconds[c] for t in targets if t.signal == "ttft" for c in t.seconds)
     lay.traces(
         f"Failed calls and calls over {seconds_text(tightest)} to first token (traces in Tempo)",
-        f'{{ span.{sc.GEN_AI_PROVIDER_NAME} =~ "${{provider:regex}}" && span.{sc.GEN_AI_REQUEST_MODEL} =~ '
-        f'"${{model:regex}}" && (status = error || span.{sc.FT_TIME_TO_FIRST_TOKEN} > {tightest:g}) }}',
+        # Raw strings (backticks): Grafana's :regex format escapes dots (gpt-4\.1), and in a
+        # double-quoted TraceQL string a backslash-dot is not an escape Tempo's lexer accepts.
+        f"{{ span.{sc.GEN_AI_PROVIDER_NAME} =~ `${{provider:regex}}` && span.{sc.GEN_AI_REQUEST_MODEL} =~ "
+        # A float literal: Tempo 3 scans the column of the literal's type (an int would never match).
+        f"`${{model:regex}}` && (status = error || span.{sc.FT_TIME_TO_FIRST_TOKEN} > {float(tightest)!r}) }}",
         description=f"Tempo search over the selected range: call spans that failed or waited longer than "
         f"{seconds_text(tightest)} (the tightest TTFT target of prometheus/rules/targets.yml) for the first token. "
         "The Collector's tail sampling keeps every such trace. Click a trace id to open its spans.",

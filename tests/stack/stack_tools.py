@@ -63,8 +63,13 @@ def run(args: list[str], *, cwd: Path | None = None, timeout: float = 60) -> sub
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+# `${env:NAME:-default}` in the Collector configs: the default is compose's value.
+_ENV_DEFAULT = re.compile(r"\$\{env:[A-Z0-9_]+:-([^}]*)\}")
+
+
 def load_yaml(path: Path) -> Any:
-    return yaml.safe_load(path.read_text())
+    """A YAML file as compose runs it: the Collector's ``${env:NAME:-default}`` read as its default."""
+    return yaml.safe_load(_ENV_DEFAULT.sub(r"\1", path.read_text()))
 
 
 def generator(name: str) -> Any:

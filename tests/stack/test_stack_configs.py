@@ -241,7 +241,7 @@ def test_compose_mounts_exist_and_commands_point_at_them() -> None:
     assert "--web.enable-otlp-receiver" in prom and "--enable-feature=exemplar-storage" in prom
     assert "--config.file=/etc/prometheus/prometheus.yml" in prom
     assert mounts["prometheus"]["/etc/prometheus/rules"] == ROOT / "prometheus" / "rules"
-    assert load_yaml(ROOT / "prometheus" / "prometheus.yml")["rule_files"] == ["/etc/prometheus/rules/*.yml"]
+    assert load_yaml(ROOT / "prometheus" / "prometheus.yml")["rule_files"] == ["rules/*.yml"]
     assert "-config.file=/etc/tempo/tempo.yaml" in services["tempo"]["command"]
     assert mounts["tempo"]["/etc/tempo/tempo.yaml"] == TEMPO
     am = services["alertmanager"]
@@ -554,3 +554,53 @@ def test_one_interval_for_export_scrape_and_grafana() -> None:
     for dashboard in (ROOT / "grafana" / "dashboards").glob("*.json"):
         pinned = set(re.findall(r'"(?:timeInterval|interval)": "(\d+[smh])"', dashboard.read_text()))
         assert pinned <= {"15s"}, f"{dashboard.name}: {pinned}"
+
+
+# The component each module of collector-config/builder.yaml provides (checked against the built
+# Collector's `components` in test_stack_real.py).
+BUILDER_COMPONENTS = {
+    "healthcheckextension": ("extensions", "health_check"),
+    "otlpreceiver": ("receivers", "otlp"),
+    "memorylimiterprocessor": ("processors", "memory_limiter"),
+    "tailsamplingprocessor": ("processors", "tail_sampling"),
+    "otlpexporter": ("exporters", "otlp_grpc"),
+    "otlphttpexporter": ("exporters", "otlp_http"),
+    "loadbalancingexporter": ("exporters", "load_balancing"),
+}
+
+
+def builder_components() -> set[tuple[str, str]]:
+    manifest = load_yaml(COLLECTOR / "builder.yaml")
+    out = set()
+    for kind in ("extensions", "receivers", "processors", "exporters"):
+        for entry in manifest.get(kind, []):
+            module = entry["gomod"].split()[0].rsplit("/", 1)[1]
+            assert module in BUILDER_COMPONENTS, f"builder.yaml: {module} is not in BUILDER_COMPONENTS"
+            assert BUILDER_COMPONENTS[module][0] == kind, module
+            out.add(BUILDER_COMPONENTS[module])
+    return out
+
+
+def test_the_collector_manifest_has_exactly_the_components_the_configs_use() -> None:
+    used = set()
+    for path in COLLECTOR_CONFIGS:
+        config = load_yaml(path)
+        for kind in ("extensions", "receivers", "processors", "exporters"):
+            used |= {(kind, name.split("/")[0]) for name in config.get(kind) or {}}
+    built = builder_components()
+    assert used <= built, f"used by a shipped config but not in collector-config/builder.yaml: {used - built}"
+    assert built <= used, f"in collector-config/builder.yaml but used by no shipped config: {built - used}"
+
+
+def test_the_collector_manifest_is_at_the_compose_image_version() -> None:
+    version = COLLECTOR_IMAGE.rsplit(":", 1)[1]
+    manifest = load_yaml(COLLECTOR / "builder.yaml")
+    assert manifest["dist"]["version"] == version
+    minor = int(version.split(".")[1])
+    for kind in ("extensions", "receivers", "processors", "exporters", "providers"):
+        for entry in manifest.get(kind, []):
+            module, at = entry["gomod"].split()
+            # Core and contrib components are v0.<minor>; the stable confmap modules v1.<minor - 94>.
+            assert at in (f"v{version}", f"v1.{minor - 94}.0"), f"{module} {at}"
+    providers = {e["gomod"].split()[0].rsplit("/", 1)[1] for e in manifest["providers"]}
+    assert providers == {"envprovider", "fileprovider", "yamlprovider"}

@@ -125,6 +125,83 @@ def test_trace_searches_use_the_attributes_firsttoken_records() -> None:
         assert not re.search(r"\$\w", traceql), f"{where}: a bare $variable is not a TraceQL regex"
 
 
+# Span attributes firsttoken records as doubles (seconds).
+FLOAT_ATTRIBUTES = {sc.FT_TIME_TO_FIRST_TOKEN, sc.FT_TIME_PER_OUTPUT_TOKEN, sc.FT_TIME_TO_RESPONSE_HEADERS}
+
+
+def test_trace_searches_compare_float_attributes_with_float_literals() -> None:
+    """Tempo 3 picks the parquet column to scan from the literal's type, not the attribute's: in
+    tempodb/encoding/vparquet5/block_traceql.go at v3.0.3, createAttributeIterator switches on
+    cond.Operands[0].Type and an int literal builds only the int-column predicate. So
+    `span.firsttoken.time_to_first_token > 1` never matches the float attribute (grafana/tempo issue
+    4332): slow successful calls never showed. Tempo is not run here (docs/stack.md), so the rule is
+    checked on the query text: a float attribute is compared with a literal written with a point."""
+    searches = [(where, t["query"]) for where, panel in _query_panels(TEMPO_VARIABLE) for t in panel["targets"]]
+    checked = 0
+    for where, traceql in searches:
+        for attribute, literal in re.findall(r"span\.([\w.]+)\s*(?:>=|<=|!=|=|>|<)\s*(-?[0-9][0-9.eE+-]*)", traceql):
+            if attribute in FLOAT_ATTRIBUTES:
+                checked += 1
+                assert "." in literal or "e" in literal.lower(), (
+                    f"{where}: span.{attribute} (a float) compared with the int literal {literal}: Tempo 3 "
+                    f"scans only its int column and never matches; write {literal}.0"
+                )
+    assert checked, "no float attribute compared in any trace search"
+
+
+def grafana_regex(value: str) -> str:
+    r"""Grafana's `:regex` format of one value: escapeRegex of @grafana/data (packages/grafana-data
+    src/text/string.ts), a backslash before each of \ ^ $ * + ? . ( ) | [ ] { } /."""
+    return re.sub(r"([\\^$*+?.()|\[\]{}/])", r"\\\1", value)
+
+
+# The escapes Go's strconv.Unquote accepts in a double-quoted string (Tempo's TraceQL lexer,
+# pkg/traceql/lexer.go at v3.0.3, unquotes every string token with it; a failure is a parse error).
+_GO_ESCAPE = re.compile(r'\\(?:[abfnrtv\\"]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{3})')
+
+
+def traceql_strings(traceql: str) -> list[str]:
+    """The string literals of a TraceQL query as Tempo's lexer unquotes them; AssertionError where
+    Go's strconv.Unquote would refuse one."""
+    out = []
+    for quoted, raw in re.findall(r'"((?:[^"\\]|\\.)*)"|`([^`]*)`', traceql):
+        if raw:
+            out.append(raw)
+            continue
+        text, i = [], 0
+        while i < len(quoted):
+            if quoted[i] != "\\":
+                text.append(quoted[i])
+                i += 1
+                continue
+            escape = _GO_ESCAPE.match(quoted, i)
+            assert escape, (
+                f"TraceQL string {quoted!r}: {quoted[i : i + 2]!r} is not a Go escape, Tempo fails to parse the query"
+            )
+            text.append(escape.group()[1] if escape.group()[1] in '\\"' else escape.group())
+            i = escape.end()
+        out.append("".join(text))
+    return out
+
+
+@pytest.mark.parametrize("model", ["gpt-4.1", "claude-3.5-sonnet", "gpt-4o-mini"])
+def test_trace_searches_parse_with_a_model_name_grafana_escapes(model: str) -> None:
+    r"""A model named with dots, chosen in the $model variable: Grafana's :regex format escapes the dots
+    (gpt-4\.1); inside a double-quoted TraceQL string that backslash is not a Go escape and Tempo
+    refuses the whole query. The search must parse and its regex match that model only."""
+    searches = [(where, t["query"]) for where, panel in _query_panels(TEMPO_VARIABLE) for t in panel["targets"]]
+    for where, traceql in searches:
+        expanded = traceql.replace("${model:regex}", grafana_regex(model)).replace("${provider:regex}", "openai")
+        literals = traceql_strings(expanded)
+        patterns = [s for s in literals if model.split(".")[0].split("-")[0] in s]
+        assert patterns, f"{where}: no model regex in {expanded}"
+        for pattern in patterns:
+            # RE2 and Python's re agree on these patterns.
+            assert re.search(pattern, model), (where, pattern)
+            if "." in model:
+                assert not re.search(pattern, model.replace(".", "x")), (where, pattern)
+
+
 def test_no_heatmap_counts_a_call_twice() -> None:
     """increase() over $__rate_interval at a 15 s step counts each call in 2-4 overlapping windows."""
     for where, panel in _query_panels():

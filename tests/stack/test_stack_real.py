@@ -1,0 +1,873 @@
+"""The stack, run for real on loopback: the Collector, Prometheus and Alertmanager that
+docker-compose.yml pins, built from Go modules (scripts/stack/build.sh), started with the shipped files.
+
+    firsttoken demo --continuous (real SDKs -> simulator; firsttoken's own OTLP set-up)
+      --OTLP/HTTP--> a recording relay (the ground truth: every span the demo sent)
+      --> the real Collector (collector-config/otelcol.yaml, addresses from its env variables)
+          --metrics--> the real Prometheus (OTLP receiver, exemplar storage, shipped rules)
+                         --alerts--> the real Alertmanager (shipped alertmanager.yml)
+          --tail-sampled traces, OTLP gRPC--> a trace store standing where Tempo does
+
+Tempo itself is not run: its Go module is AGPL-licensed and may not be used on this project's
+machines (docs/stack.md). The trace store records what the Collector sends to Tempo's address, so
+everything decided before Tempo (tail sampling, what exemplars point at) is checked for real;
+TraceQL is not (test_stack_queries.py checks the dashboards' TraceQL against Tempo's source).
+
+Without the built binaries the tests skip with one line; with FIRSTTOKEN_STACK=required (scripts/test.sh
+sets it when the builds succeeded, as CI does) they fail instead.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from stack_tools import (
+    ROOT,
+    Prometheus,
+    dashboard_queries,
+    documented_series,
+    generator,
+    substitute,
+    variable_queries,
+)
+from test_stack_configs import kept_by
+from tests.servers import free_port, wait_ready
+
+grpc = pytest.importorskip("grpc")
+trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+trace_grpc = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc")
+
+BUILD = ROOT / "scripts" / "stack" / "build.sh"
+COMPONENTS = ("otelcol", "prometheus", "alertmanager")
+RUN_S = float(os.environ.get("FIRSTTOKEN_STACK_RUN_S", "90"))
+"""How long the demo workload runs (seconds)."""
+
+# Dashboard queries the demo workload leaves without data, each with its reason. The test fails on a
+# query that is dark and not listed here, and on a listed one that now has data (remove it then).
+_NO_CLASS = (
+    "the demo gives every call a traffic class (interactive, async or batch): "
+    "the default targets' 'other' class has no calls"
+)
+_NO_PREFILL = 'the demo\'s simulator reports no server prefill phase (firsttoken_server_timing_phase="prompt")'
+DARK_QUERIES: dict[str, str] = {
+    "llm-latency-overview.json / other (default targets) / A": _NO_CLASS,
+    "llm-latency-overview.json / other (default targets) / B": _NO_CLASS,
+    "llm-latency-overview.json / other (default targets) / C": _NO_CLASS,
+    "llm-latency-overview.json / TTFT under its p95 target, by class / D": _NO_CLASS,
+    "llm-latency-overview.json / TTFT under its p99 target, by class / D": _NO_CLASS,
+    "llm-latency-overview.json / End-to-end under its p99 target, by class / D": _NO_CLASS,
+    "llm-latency-overview.json / Errors per second by model and error type / A": (
+        "the demo's injected 503s are all absorbed by the SDK's retries: no call ends failed"
+    ),
+    "where-the-time-goes.json / Time to first token: server prefill vs the rest (mean) / A": _NO_PREFILL,
+    "where-the-time-goes.json / Time to first token: server prefill vs the rest (mean) / B": _NO_PREFILL,
+}
+
+
+def binary(component: str) -> str:
+    path = subprocess.run([str(BUILD), component, "--path"], capture_output=True, text=True, check=True).stdout.strip()
+    if os.access(path, os.X_OK):
+        return path
+    line = f"{component} is not built ({path} missing): build it with scripts/stack/build.sh {component}"
+    if os.environ.get("FIRSTTOKEN_STACK") == "required":
+        log = Path(path).parents[2] / f"{component}-build.log"
+        why = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else ["no build log"]
+        pytest.fail(f"{line}; the build said: {why[0] if why else '?'}", pytrace=False)
+    pytest.skip(line + " (with FIRSTTOKEN_STACK=required this fails)")
+
+
+# -- the trace store standing where Tempo does, and the relay that records what the demo sent -------
+
+
+@dataclass
+class Spans:
+    """Spans by trace id (hex), as protobuf Span messages."""
+
+    by_trace: dict[str, list[Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, request: Any) -> None:
+        with self.lock:
+            for rs in request.resource_spans:
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        self.by_trace.setdefault(span.trace_id.hex(), []).append(span)
+
+    def snapshot(self) -> dict[str, list[Any]]:
+        with self.lock:
+            return {k: list(v) for k, v in self.by_trace.items()}
+
+
+class _TraceStore(trace_grpc.TraceServiceServicer):  # type: ignore[misc,name-defined]
+    def __init__(self, spans: Spans) -> None:
+        self.spans = spans
+
+    def Export(self, request: Any, context: Any) -> Any:
+        self.spans.add(request)
+        return trace_service.ExportTraceServiceResponse()
+
+
+def relay(target: str, sent: Spans) -> tuple[http.server.ThreadingHTTPServer, int]:
+    """OTLP/HTTP on loopback: records each trace request, forwards every request to `target` as is."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if self.path == "/v1/traces":
+                request = trace_service.ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                sent.add(request)
+            headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "content-encoding")}
+            forward = urllib.request.Request(target + self.path, data=body, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(forward, timeout=10) as resp:
+                    status, out, ctype = resp.status, resp.read(), resp.headers.get("Content-Type", "")
+            except urllib.error.HTTPError as e:
+                status, out, ctype = e.code, e.read(), e.headers.get("Content-Type", "")
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
+
+
+# -- processes ---------------------------------------------------------------------------------------
+
+
+class Process:
+    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.log = log
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=ROOT
+            )
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+@dataclass
+class Stack:
+    prom: Prometheus
+    alertmanager_url: str
+    sent: Spans
+    stored: Spans
+    demo_log: str
+    started: float
+    ended: float
+    config: Path
+    collector_http: str
+    normal_firing: list[tuple[str, str]] = field(default_factory=list)
+    regression_exposition: str | None = None
+    evaluated_with_override: bool = False
+
+
+def prometheus_config(tmp: Path, prom_port: int, am_port: int, otelcol_telemetry_port: int) -> Path:
+    """The shipped prometheus.yml with only its three host:port targets on loopback (Prometheus
+    expands no environment variables there); rule_files stays relative, next to the shipped rules."""
+    config = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
+    config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] = [f"127.0.0.1:{am_port}"]
+    for job in config["scrape_configs"]:
+        port = {"prometheus": prom_port, "otelcol": otelcol_telemetry_port}[job["job_name"]]
+        job["static_configs"][0]["targets"] = [f"127.0.0.1:{port}"]
+    (tmp / "rules").symlink_to(ROOT / "prometheus" / "rules")
+    path = tmp / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    bins = {c: binary(c) for c in COMPONENTS}
+    with tempfile.TemporaryDirectory(prefix="firsttoken-stack-") as tmpdir:
+        tmp = Path(tmpdir)
+        procs: list[Process] = []
+        stored, sent = Spans(), Spans()
+        store = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_grpc.add_TraceServiceServicer_to_server(_TraceStore(stored), store)
+        tempo_port = store.add_insecure_port("127.0.0.1:0")
+        store.start()
+        ports = {name: free_port() for name in ("prom", "am", "grpc", "http", "health", "telemetry")}
+        relay_server = None
+        try:
+            am = Process(
+                "alertmanager",
+                [
+                    bins["alertmanager"],
+                    f"--config.file={ROOT / 'prometheus' / 'alertmanager' / 'alertmanager.yml'}",
+                    f"--storage.path={tmp / 'am'}",
+                    f"--web.listen-address=127.0.0.1:{ports['am']}",
+                    "--cluster.listen-address=",
+                ],
+                tmp / "alertmanager.log",
+            )
+            procs.append(am)
+            cfg = prometheus_config(tmp, ports["prom"], ports["am"], ports["telemetry"])
+            prom_proc = Process(
+                "prometheus",
+                [
+                    bins["prometheus"],
+                    f"--config.file={cfg}",
+                    f"--storage.tsdb.path={tmp / 'prom'}",
+                    f"--web.listen-address=127.0.0.1:{ports['prom']}",
+                    # docker-compose.yml's flags:
+                    "--web.enable-otlp-receiver",
+                    "--enable-feature=exemplar-storage",
+                    "--web.enable-lifecycle",
+                ],
+                tmp / "prometheus.log",
+            )
+            procs.append(prom_proc)
+            prom = Prometheus(f"http://127.0.0.1:{ports['prom']}", prom_proc.process, prom_proc.log)
+            wait_ready(
+                prom_proc.process,
+                f"{prom.url}/-/ready",
+                name="prometheus",
+                timeout_s=60,
+                poll_s=0.2,
+                logs=prom_proc.logs,
+            )
+            wait_ready(
+                am.process,
+                f"http://127.0.0.1:{ports['am']}/-/ready",
+                name="alertmanager",
+                timeout_s=60,
+                poll_s=0.2,
+                logs=am.logs,
+            )
+            otelcol = Process(
+                "otelcol",
+                [bins["otelcol"], f"--config={ROOT / 'collector-config' / 'otelcol.yaml'}"],
+                tmp / "otelcol.log",
+                env={
+                    "FIRSTTOKEN_OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
+                    "FIRSTTOKEN_OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
+                    "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
+                    "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
+                    "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(ports["telemetry"]),
+                    "FIRSTTOKEN_TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{tempo_port}",
+                    "FIRSTTOKEN_PROMETHEUS_OTLP_URL": f"{prom.url}/api/v1/otlp/v1/metrics",
+                },
+            )
+            procs.append(otelcol)
+            wait_ready(
+                otelcol.process,
+                f"http://127.0.0.1:{ports['health']}/",
+                name="otelcol",
+                timeout_s=60,
+                poll_s=0.2,
+                logs=otelcol.logs,
+            )
+            relay_server, relay_port = relay(f"http://127.0.0.1:{ports['http']}", sent)
+            started = time.time()
+            demo = Process(
+                "demo",
+                [
+                    str(Path(sys.executable).parent / "firsttoken"),
+                    "demo",
+                    "--continuous",
+                    "--no-levers",
+                    "--concurrency=4",
+                    f"--interval={RUN_S / 3:.0f}",
+                    "--html=",
+                ],
+                tmp / "demo.log",
+                env={
+                    "OTEL_SERVICE_NAME": "firsttoken-demo",
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{relay_port}",
+                    "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                    "OTEL_METRIC_EXPORT_INTERVAL": "2000",
+                    "PYTHONUNBUFFERED": "1",
+                },
+            )
+            procs.append(demo)
+            time.sleep(RUN_S)
+            demo.stop(signal.SIGINT)
+            ended = time.time()
+            # Tail sampling decides 5 s after a root span (decision_wait_after_root_received), then the
+            # exporter's batch; Prometheus evaluates the rules every 15 s.
+            time.sleep(20)
+            yield Stack(
+                prom,
+                f"http://127.0.0.1:{ports['am']}",
+                sent,
+                stored,
+                demo.logs(),
+                started,
+                ended,
+                cfg,
+                f"http://127.0.0.1:{ports['http']}",
+            )
+        finally:
+            for p in reversed(procs):
+                p.stop()
+            if relay_server is not None:
+                relay_server.shutdown()
+            store.stop(grace=None)
+
+
+# -- a. every dashboard query returns data ------------------------------------------------------------
+
+
+def finite(result: list[dict[str, Any]]) -> bool:
+    return any(math.isfinite(float(r["value"][1])) for r in result)
+
+
+def test_every_dashboard_query_returns_data(stack: Stack) -> None:
+    queries = dashboard_queries()
+    dark, lit_but_listed = [], []
+    for where, expr in queries:
+        has = finite(stack.prom.query(substitute(expr)))
+        if where in DARK_QUERIES:
+            if has:
+                lit_but_listed.append(where)
+        elif not has:
+            dark.append(f"{where}: {substitute(expr)}")
+    print(f"dashboard queries with data: {len(queries) - len(dark) - len(DARK_QUERIES)}/{len(queries)}")
+    assert not dark, f"{len(dark)} of {len(queries)} queries without data:\n" + "\n".join(dark)
+    assert not lit_but_listed, f"now with data, remove from DARK_QUERIES: {lit_but_listed}"
+
+
+def test_every_dashboard_variable_has_values(stack: Stack) -> None:
+    for where, definition in variable_queries():
+        selector, label = definition.removeprefix("label_values(").removesuffix(")").rsplit(", ", 1)
+        series = stack.prom.get("/api/v1/series", **{"match[]": substitute(selector)})
+        assert {s.get(label) for s in series} - {None}, f"{where}: no values of {label}"
+
+
+# -- b. names ----------------------------------------------------------------------------------------
+
+
+def test_series_names_are_exactly_the_documented_ones(stack: Stack) -> None:
+    """What the real Prometheus named from the Collector's OTLP is what docs/metrics.md lists."""
+    series = stack.prom.get("/api/v1/series", **{"match[]": '{job="firsttoken-demo"}'})
+    names = {s["__name__"] for s in series} - {"target_info"}
+    documented = documented_series()
+    assert names <= documented, f"in Prometheus but not in docs/metrics.md: {sorted(names - documented)}"
+    # Labels: the attribute table of docs/metrics.md, plus what Prometheus itself adds (job and instance
+    # from service.name/service.instance.id, le) and the resource attributes prometheus.yml promotes.
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    table = text[text.index("## Attribute keys and labels") : text.index("## Recording rules")]
+    documented_labels = set(re.findall(r"\| `[a-z_.]+` \| `([a-z_]+)` \|", table))
+    promoted = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())["otlp"]
+    infra = {"__name__", "job", "instance", "le"} | {
+        a.replace(".", "_") for a in promoted.get("promote_resource_attributes", [])
+    }
+    labels = {label for s in series if s["__name__"] != "target_info" for label in s}
+    assert labels <= documented_labels | infra, (
+        f"labels not in docs/metrics.md: {sorted(labels - documented_labels - infra)}"
+    )
+    for name in (
+        "gen_ai_client_operation_duration_seconds_bucket",
+        "firsttoken_client_time_to_first_token_seconds_bucket",
+    ):
+        assert name in names, name
+
+
+# -- c. exemplars resolve to the traces that reached the trace store ----------------------------------
+
+
+def _attr(span: Any, key: str) -> Any:
+    for kv in span.attributes:
+        if kv.key == key:
+            v = kv.value
+            return getattr(v, v.WhichOneof("value"))
+    return None
+
+
+def test_exemplars_resolve_to_stored_call_spans(stack: Stack) -> None:
+    stored = stack.stored.snapshot()
+    resolved, unknown = 0, []
+    for metric in (
+        "firsttoken_client_time_to_first_token_seconds_bucket",
+        "gen_ai_client_operation_duration_seconds_bucket",
+    ):
+        data = stack.prom.get(
+            "/api/v1/query_exemplars", query=metric, start=str(stack.started - 60), end=str(time.time())
+        )
+        exemplars = [e for s in data for e in s["exemplars"]]
+        assert exemplars, f"no exemplars of {metric}"
+        for e in exemplars:
+            trace_id, span_id = e["labels"]["trace_id"], e["labels"]["span_id"]
+            spans = stored.get(trace_id)
+            if spans is None:
+                continue  # dropped by tail sampling
+            span = next((s for s in spans if s.span_id.hex() == span_id), None)
+            if span is None:
+                unknown.append((metric, trace_id, span_id))
+                continue
+            if metric.startswith("firsttoken_client_time_to_first_token"):
+                ttft = _attr(span, "firsttoken.time_to_first_token")
+                assert ttft == pytest.approx(float(e["value"]), abs=1e-6), (trace_id, span.name)
+            resolved += 1
+    print(f"exemplars resolved in the trace store: {resolved}")
+    assert not unknown, f"exemplars whose trace is stored without that span: {unknown[:5]}"
+    assert resolved >= 50, f"only {resolved} exemplars resolved"
+
+
+# -- e. tail sampling, read from what reached the trace store ------------------------------------------
+
+
+def must_keep(spans: list[Any], targets: dict[str, dict[str, float]]) -> str | None:
+    """Why the shipped policies must keep this trace (None: only the baseline share may)."""
+    ttft_targets = targets["llm:target:ttft_p95_seconds"]
+    e2e_targets = targets["llm:target:e2e_p99_seconds"]
+    start = min(s.start_time_unix_nano for s in spans)
+    end = max(s.end_time_unix_nano for s in spans)
+    duration = (end - start) / 1e9
+    classes = {_attr(s, "firsttoken.traffic_class") for s in spans}
+    if duration > e2e_targets[""] or ("interactive" in classes and duration > e2e_targets["interactive"]):
+        return "slow end to end"
+    for s in spans:
+        if s.status.code == 2:
+            return "error"
+        cls = _attr(s, "firsttoken.traffic_class") or ""
+        ttft = _attr(s, "firsttoken.time_to_first_token")
+        if ttft is not None and ttft > ttft_targets.get(cls, ttft_targets[""]):
+            return "slow first token"
+        tpot = _attr(s, "firsttoken.time_per_output_token")
+        if tpot is not None and tpot > 0.1:
+            return "slow decode"
+    return None
+
+
+def model_trace(spans: list[Any]) -> list[dict[str, Any]]:
+    """Protobuf spans in the form of test_stack_configs.py's policy model."""
+    status = {0: "UNSET", 1: "OK", 2: "ERROR"}
+    out = []
+    for s in spans:
+        span: dict[str, Any] = {kv.key: _attr(s, kv.key) for kv in s.attributes}
+        span.update(_status=status[s.status.code], _start=s.start_time_unix_nano / 1e9, _end=s.end_time_unix_nano / 1e9)
+        out.append(span)
+    return out
+
+
+def test_tail_sampling_keeps_every_slow_and_failed_call_and_a_tenth_of_the_rest(stack: Stack) -> None:
+    sent = stack.sent.snapshot()
+    stored = stack.stored.snapshot()
+    targets = generator("sampling").load_targets()
+    # Traces whose last span ended well before the demo stopped: decided by now.
+    cutoff = (stack.ended - 2) * 1e9
+    decided = {t: s for t, s in sent.items() if max(x.end_time_unix_nano for x in s) < cutoff}
+    kept_required = missing = rest = rest_kept = 0
+    reasons: dict[str, int] = {}
+    disagree = []
+    for trace_id, spans in decided.items():
+        why = must_keep(spans, targets)
+        # The OTTL/policy model of test_stack_configs.py, checked here against the real processor.
+        if bool(kept_by(model_trace(spans))) != bool(why):
+            disagree.append((trace_id, why, kept_by(model_trace(spans))))
+        if why:
+            reasons[why] = reasons.get(why, 0) + 1
+            if trace_id in stored:
+                kept_required += 1
+            else:
+                missing += 1
+        else:
+            rest += 1
+            rest_kept += trace_id in stored
+    for trace_id, spans in stored.items():
+        if trace_id in sent:
+            assert len(spans) == len(sent[trace_id]), f"trace {trace_id} arrived incomplete"
+    share = rest_kept / rest if rest else float("nan")
+    print(
+        f"tail sampling: {len(decided)} traces decided; must keep {kept_required + missing} {reasons}, "
+        f"kept {kept_required}; the rest: {rest_kept}/{rest} kept ({share:.1%})"
+    )
+    assert missing == 0, f"{missing} traces over a target or failed were dropped"
+    assert not disagree, f"the policy model of test_stack_configs.py disagrees: {disagree[:5]}"
+    assert kept_required > 0 and rest >= 100
+    # 10% baseline: within a 99.9% binomial interval (normal approximation, 3.3 sigma).
+    sigma = math.sqrt(0.1 * 0.9 / rest)
+    assert abs(share - 0.1) <= 3.3 * sigma, f"baseline share {share:.3f} outside 0.1 +- {3.3 * sigma:.3f}"
+
+
+# -- f. alerts: a regression fires in the real Prometheus and reaches the real Alertmanager -----------
+
+# The documented test override (docs/stack.md): every alert's `for:` becomes FOR_OVERRIDE and the
+# rules are evaluated every second; the expressions, their 5 minute windows, the traffic guards and
+# the targets are the shipped ones.
+FOR_OVERRIDE = "10s"
+FOR_SECONDS = 10
+REGRESSED = "gpt-4.1"
+NORMAL = {"queue_ms": 250, "prefill_ms_per_1k_tokens": 20, "decode_tokens_per_s": 400, "output_tokens": 8}
+
+
+def override_rules(stack: Stack) -> None:
+    rules = stack.config.parent / "rules"
+    rules.unlink()
+    rules.mkdir()
+    for path in sorted((ROOT / "prometheus" / "rules").glob("*.yml")):
+        doc = yaml.safe_load(path.read_text())
+        for group in doc["groups"]:
+            for rule in group["rules"]:
+                if "alert" in rule:
+                    rule["for"] = FOR_OVERRIDE
+        (rules / path.name).write_text(yaml.safe_dump(doc))
+    config = yaml.safe_load(stack.config.read_text())
+    config["global"]["evaluation_interval"] = "1s"
+    stack.config.write_text(yaml.safe_dump(config))
+    req = urllib.request.Request(f"{stack.prom.url}/-/reload", method="POST")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+
+
+def alerts(stack: Stack) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = stack.prom.get("/api/v1/alerts")["alerts"]
+    return result
+
+
+def am_alerts(stack: Stack) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{stack.alertmanager_url}/api/v2/alerts", timeout=10) as resp:
+        result: list[dict[str, Any]] = json.loads(resp.read())
+    return result
+
+
+def _alert_key(alert: dict[str, Any]) -> tuple[str, str]:
+    return alert["labels"]["alertname"], alert["labels"].get("gen_ai_request_model", "")
+
+
+def test_a_ttft_regression_fires_its_alert_and_reaches_alertmanager(stack: Stack) -> None:
+    import firsttoken
+
+    openai = pytest.importorskip("openai")
+    sim = pytest.importorskip("firsttoken.sim")
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    override_rules(stack)
+    stack.evaluated_with_override = True
+    # The normal workload's data (the demo's, still inside every 5 minute window) is evaluated too.
+    time.sleep(FOR_SECONDS + 5)
+    before = {_alert_key(a) for a in alerts(stack) if a["state"] == "firing"}
+    stack.normal_firing.extend(sorted(before))
+
+    resource = Resource.create({"service.name": "firsttoken-regression"})
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(
+        resource=resource,
+        metric_readers=[
+            reader,
+            PeriodicExportingMetricReader(
+                OTLPMetricExporter(endpoint=f"{stack.collector_http}/v1/metrics"), export_interval_millis=1000
+            ),
+        ],
+    )
+    tracers = TracerProvider(resource=resource)
+    tracers.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{stack.collector_http}/v1/traces")))
+    assert firsttoken.instrument(tracer_provider=tracers, meter_provider=meters)
+    try:
+        with sim.Simulator(models={REGRESSED: sim.LatencyModel.fixed(**NORMAL)}, seed=5) as server:
+            client = openai.OpenAI(base_url=server.openai_base_url, api_key="sk-test", max_retries=0)
+
+            def call() -> None:
+                with firsttoken.traffic_class("interactive"):
+                    for _ in client.chat.completions.create(
+                        model=REGRESSED, messages=[{"role": "user", "content": "Hi"}], stream=True
+                    ):
+                        pass
+
+            with futures.ThreadPoolExecutor(4) as pool:
+                list(pool.map(lambda _: call(), range(12)))
+                # The regression: this model's time to first token five times what it was.
+                server.models[REGRESSED] = sim.LatencyModel.fixed(**{**NORMAL, "queue_ms": NORMAL["queue_ms"] * 5})
+                injected = time.time()
+                list(pool.map(lambda _: call(), range(48)))
+            client.close()
+        meters.force_flush()
+        from stack_openmetrics import OpenMetricsRenderer
+
+        stack.regression_exposition = OpenMetricsRenderer(reader).render()
+        deadline = time.monotonic() + 120
+        fired_after = reached_after = None
+        while time.monotonic() < deadline and reached_after is None:
+            if fired_after is None and any(
+                a["labels"]["alertname"] == "LLMTimeToFirstTokenP95High"
+                and a["labels"].get("gen_ai_request_model") == REGRESSED
+                and a["state"] == "firing"
+                for a in alerts(stack)
+            ):
+                fired_after = time.time() - injected
+            if fired_after is not None and any(
+                a["labels"]["alertname"] == "LLMTimeToFirstTokenP95High"
+                and a["labels"].get("gen_ai_request_model") == REGRESSED
+                for a in am_alerts(stack)
+            ):
+                reached_after = time.time() - injected
+            time.sleep(0.5)
+        print(
+            f"alert: firing in Prometheus {fired_after} s after the regression began, in Alertmanager {reached_after} s"
+        )
+        assert fired_after is not None, f"LLMTimeToFirstTokenP95High never fired: {alerts(stack)}"
+        assert reached_after is not None, "the alert fired but never reached Alertmanager"
+        new = {_alert_key(a) for a in alerts(stack) if a["state"] == "firing"} - before
+        assert new == {("LLMTimeToFirstTokenP95High", REGRESSED)}, f"other alerts fired too: {new}"
+    finally:
+        firsttoken.uninstrument()
+        meters.shutdown()
+        tracers.shutdown()
+
+
+@pytest.mark.xfail(
+    reason="found by this test: the demo's gpt-4o-mini interactive calls have a TTFT p95 of 1.04 s against the "
+    "1 s target on 2 busy cores, so LLMTimeToFirstTokenP95High fires on the normal workload (docs/stack.md)",
+    strict=False,
+)
+def test_the_normal_workload_fires_nothing(stack: Stack) -> None:
+    if not stack.evaluated_with_override:
+        pytest.skip("runs after test_a_ttft_regression_fires_its_alert_and_reaches_alertmanager")
+    assert not stack.normal_firing, f"the normal workload fired {stack.normal_firing}"
+
+
+def test_the_project_translator_names_series_as_the_real_prometheus_does(stack: Stack) -> None:
+    """tests/stack/stack_openmetrics.py (the fast unit-test helper) against the real thing: the calls of the
+    regression test, read by an in-memory reader on the same MeterProvider, translated by it, give the
+    series names and label names the real Prometheus stored from the Collector's OTLP."""
+    if stack.regression_exposition is None:
+        pytest.skip("runs after test_a_ttft_regression_fires_its_alert_and_reaches_alertmanager")
+    ours: dict[str, set[frozenset[str]]] = {}
+    for line in stack.regression_exposition.splitlines():
+        if line and not line.startswith("#"):
+            name, _, rest = line.partition("{")
+            labels = frozenset(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', rest.split("}")[0])) if rest else frozenset()
+            ours.setdefault(name.split(" ")[0], set()).add(labels)
+    real: dict[str, set[frozenset[str]]] = {}
+    for s in stack.prom.get("/api/v1/series", **{"match[]": '{job="firsttoken-regression"}'}):
+        if s["__name__"] != "target_info":
+            labels = frozenset(s) - {"__name__", "job", "instance"}
+            real.setdefault(s["__name__"], set()).add(labels)
+    assert set(ours) == set(real), f"translator only: {set(ours) - set(real)}; Prometheus only: {set(real) - set(ours)}"
+    for name in real:
+        assert ours[name] == real[name], (name, ours[name], real[name])
+
+
+# -- the shipped Collector configs, validated by the real Collector -----------------------------------
+
+COLLECTOR_CONFIGS = [
+    ROOT / "collector-config" / "otelcol.yaml",
+    ROOT / "collector-config" / "scale-out" / "router.yaml",
+    ROOT / "collector-config" / "scale-out" / "sampler.yaml",
+]
+
+
+@pytest.mark.parametrize("path", COLLECTOR_CONFIGS, ids=lambda p: p.name)
+def test_the_real_collector_validates_the_shipped_config(path: Path) -> None:
+    result = subprocess.run(
+        [binary("otelcol"), "validate", f"--config={path}"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_the_built_collector_has_exactly_the_manifest_components() -> None:
+    from test_stack_configs import builder_components
+
+    out = subprocess.run([binary("otelcol"), "components"], capture_output=True, text=True, timeout=60, check=True)
+    listed = yaml.safe_load(out.stdout)
+    built = {(kind, c["name"]) for kind in ("extensions", "receivers", "processors", "exporters") for c in listed[kind]}
+    assert built == builder_components()
+    assert listed["buildinfo"]["version"] == "0.159.0"
+
+
+# -- g. scale-out: a router Collector, routing by trace id, in front of two sampler Collectors ---------
+
+# Loopback has no name with one address per sampler, so the router runs the shipped router.yaml with
+# one more --config, merged over it by the Collector, that swaps its DNS resolver for a static list
+# of the two samplers (the only difference from a deployment; docs/stack.md).
+SCALE_RUN_S = 60.0
+STOP_AT_S, RESTART_AT_S = 20.0, 35.0
+
+
+def static_resolver(hostnames: list[str]) -> str:
+    listed = ", ".join(f'"{h}"' for h in hostnames)
+    return f"--config=yaml:exporters::load_balancing::resolver: {{dns: null, static: {{hostnames: [{listed}]}}}}"
+
+
+def sampler_env(grpc_port: int, tempo_port: int) -> dict[str, str]:
+    return {
+        "FIRSTTOKEN_OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
+        "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{free_port()}",
+        "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
+        "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(free_port()),
+        "FIRSTTOKEN_TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{tempo_port}",
+    }
+
+
+def test_scale_out_keeps_traces_whole_and_survives_a_sampler_stopping() -> None:
+    otelcol = binary("otelcol")
+    sampler_cfg = f"--config={ROOT / 'collector-config' / 'scale-out' / 'sampler.yaml'}"
+    with tempfile.TemporaryDirectory(prefix="firsttoken-scale-") as tmpdir:
+        tmp = Path(tmpdir)
+        stored, sent = Spans(), Spans()
+        store = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_grpc.add_TraceServiceServicer_to_server(_TraceStore(stored), store)
+        tempo_port = store.add_insecure_port("127.0.0.1:0")
+        store.start()
+        procs: list[Process] = []
+        relay_server = None
+        try:
+            sampler_ports = [free_port(), free_port()]
+            envs = [sampler_env(p, tempo_port) for p in sampler_ports]
+            samplers = [
+                Process(f"sampler{i}", [otelcol, sampler_cfg], tmp / f"sampler{i}.log", env=envs[i]) for i in range(2)
+            ]
+            procs += samplers
+            router_ports = {"grpc": free_port(), "http": free_port(), "health": free_port()}
+            router = Process(
+                "router",
+                [
+                    otelcol,
+                    f"--config={ROOT / 'collector-config' / 'scale-out' / 'router.yaml'}",
+                    static_resolver([f"127.0.0.1:{p}" for p in sampler_ports]),
+                ],
+                tmp / "router.log",
+                env={
+                    "FIRSTTOKEN_OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{router_ports['grpc']}",
+                    "FIRSTTOKEN_OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{router_ports['http']}",
+                    "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{router_ports['health']}",
+                    "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
+                    "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(free_port()),
+                    # No Prometheus here: the router's metrics pipeline retries against a closed port.
+                    "FIRSTTOKEN_PROMETHEUS_OTLP_URL": f"http://127.0.0.1:{free_port()}/api/v1/otlp/v1/metrics",
+                },
+            )
+            procs.append(router)
+            for p, env in [(samplers[0], envs[0]), (samplers[1], envs[1])]:
+                wait_ready(
+                    p.process,
+                    f"http://{env['FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT']}/",
+                    name=p.name,
+                    timeout_s=60,
+                    poll_s=0.2,
+                    logs=p.logs,
+                )
+            wait_ready(
+                router.process,
+                f"http://127.0.0.1:{router_ports['health']}/",
+                name="router",
+                timeout_s=60,
+                poll_s=0.2,
+                logs=router.logs,
+            )
+            relay_server, relay_port = relay(f"http://127.0.0.1:{router_ports['http']}", sent)
+            demo = Process(
+                "demo",
+                [
+                    str(Path(sys.executable).parent / "firsttoken"),
+                    "demo",
+                    "--continuous",
+                    "--no-levers",
+                    "--concurrency=4",
+                    "--interval=1000",
+                    "--html=",
+                ],
+                tmp / "demo.log",
+                env={
+                    "OTEL_SERVICE_NAME": "firsttoken-demo",
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{relay_port}",
+                    "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                    "OTEL_METRIC_EXPORT_INTERVAL": "5000",
+                    "PYTHONUNBUFFERED": "1",
+                },
+            )
+            procs.append(demo)
+            t0 = time.time()
+            time.sleep(STOP_AT_S)
+            samplers[1].stop()
+            stopped = time.time()
+            time.sleep(RESTART_AT_S - STOP_AT_S)
+            samplers[1] = Process("sampler1", [otelcol, sampler_cfg], tmp / "sampler1-again.log", env=envs[1])
+            procs.append(samplers[1])
+            wait_ready(
+                samplers[1].process,
+                f"http://{envs[1]['FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT']}/",
+                name="sampler1",
+                timeout_s=60,
+                poll_s=0.2,
+                logs=samplers[1].logs,
+            )
+            restarted = time.time()
+            time.sleep(max(0.0, SCALE_RUN_S - (time.time() - t0)))
+            demo.stop(signal.SIGINT)
+            ended = time.time()
+            time.sleep(20)
+            sent_now, stored_now = sent.snapshot(), stored.snapshot()
+        finally:
+            for p in reversed(procs):
+                p.stop()
+            if relay_server is not None:
+                relay_server.shutdown()
+            store.stop(grace=None)
+
+    targets = generator("sampling").load_targets()
+
+    def window(spans: list[Any]) -> tuple[float, float]:
+        return min(s.start_time_unix_nano for s in spans) / 1e9, max(s.end_time_unix_nano for s in spans) / 1e9
+
+    before, during, after = [], [], []
+    for trace_id, spans in sent_now.items():
+        start, end = window(spans)
+        if end < stopped - 1:
+            before.append(trace_id)
+        elif start > restarted + 1 and end < ended - 2:
+            after.append(trace_id)
+        elif start < restarted and end > stopped - 1:
+            during.append(trace_id)
+    partial = [t for t in stored_now if t in sent_now and len(stored_now[t]) != len(sent_now[t])]
+    steady = set(before) | set(after)
+    lost = [t for t in steady if must_keep(sent_now[t], targets) and t not in stored_now]
+    must_during = [t for t in during if must_keep(sent_now[t], targets)]
+    lost_during = [t for t in must_during if t not in stored_now]
+    kept_during = [t for t in during if t in stored_now]
+    print(
+        f"scale-out: {len(before)} traces before the stop, {len(during)} during, {len(after)} after the restart; "
+        f"stored during the outage: {len(kept_during)}; must-keep traces lost during it: "
+        f"{len(lost_during)}/{len(must_during)}; partial traces stored: {len(partial)}; kept share "
+        f"{len([x for x in steady if x in stored_now]) / max(1, len(steady)):.1%} outside the outage, "
+        f"{len(kept_during) / max(1, len(during)):.1%} during it"
+    )
+    assert not [t for t in partial if t in steady], "a trace outside the outage arrived split or incomplete"
+    assert not lost, f"{len(lost)} must-keep traces outside the outage were dropped"
+    assert kept_during, "no trace reached the store while one sampler was down: traffic stopped"
+    assert any(t in stored_now for t in after), "nothing arrived after the sampler came back"
