@@ -3,6 +3,7 @@ viewer over HTTP; the viewer stores them in SQLite and shows them on a page read
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -162,6 +163,89 @@ def test_the_page_opens_the_slowest_call_and_draws_its_waterfall(fed: tuple[View
     assert "slow-model" in summary and "gpt-4o-mini" in summary  # the overview table has the app's calls
     assert "answer_question" in dom.split('id="actions"', 1)[1].split("</table>", 1)[0]
     assert "view-test-app" in dom.split('id="slowest"', 1)[1].split("</table>", 1)[0]
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools protocol: load a page, run script in it, wait for a state."""
+
+    def __init__(self, profile: Path) -> None:
+        from .test_bench_html import FLAGS, browser
+
+        self.process = subprocess.Popen(
+            [browser(), *[f for f in FLAGS if not f.startswith("--virtual-time")], "--remote-debugging-port=0",
+             f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        active = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not active.exists() or not active.read_text().strip():
+            assert self.process.poll() is None and time.monotonic() < deadline, "chromium did not start"
+            time.sleep(0.1)
+        port = active.read_text().split()[0]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=30) as r:
+            page = next(t for t in json.load(r) if t["type"] == "page")
+        from websockets.sync.client import connect
+
+        self._exit = contextlib.ExitStack()
+        self.ws = self._exit.enter_context(connect(page["webSocketDebuggerUrl"], max_size=None))
+        self.next_id = 0
+
+    def call(self, method: str, **params: Any) -> Any:
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.ws.recv(timeout=60))
+            if message.get("id") == self.next_id:
+                assert "error" not in message, message
+                return message["result"]
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        assert "exceptionDetails" not in result, result
+        return result["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float = 60) -> Any:
+        """The expression's value once it is truthy (an exception meanwhile, as before the page loads, is not)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+            value = None if "exceptionDetails" in result else result["result"].get("value")
+            if value:
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {expression}")
+
+    def close(self) -> None:
+        self._exit.close()
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def test_a_click_on_a_slow_call_opens_its_waterfall(fed: tuple[Viewer, list[dict[str, Any]]], tmp_path: Path) -> None:
+    """As a person would: the page loads, the slowest calls are listed, a click on the slowest opens it."""
+    v, seen = fed
+    slow = next(c for c in seen if c["model"] == "slow-model")
+    chrome = Browser(tmp_path / "profile")
+    try:
+        chrome.call("Page.navigate", url=v.url + "/")
+        chrome.wait_for("document.body.dataset.refreshed")
+        chrome.evaluate(
+            "document.getElementById('metric').value = 'ttft'; document.getElementById('metric').onchange()"
+        )
+        first = f"document.querySelector('#slowest tr.pick')?.dataset.span === '{slow['span_id']}'"
+        chrome.wait_for(first)  # the slowest to first token heads the list
+        chrome.evaluate("document.querySelector('#slowest tr.pick').click()")
+        assert chrome.wait_for("document.body.dataset.shown") == slow["span_id"]
+        drawn = json.loads(chrome.wait_for("document.getElementById('waterfall').dataset.phases"))
+        assert {"server_wait", "wait_first_token", "decode"} <= {phase for phase, _ in drawn}
+        assert all(colour == phase_colour(phase) for phase, colour in drawn)
+        bars = chrome.evaluate("document.querySelectorAll('#waterfall .bars .point').length")
+        assert bars == len(drawn)  # plotly drew one bar per phase
+        assert chrome.evaluate("location.hash") == f"#call={slow['span_id']}"
+        action = chrome.evaluate("document.getElementById('action').textContent")
+        assert "answer_question" in action and "gpt-4o-mini" in action  # the action and its other call
+    finally:
+        chrome.close()
 
 
 def test_bad_requests_get_their_status_and_reason(viewer: Viewer) -> None:
