@@ -91,7 +91,11 @@ def test_metric_value_limit_from_argument_env_and_default() -> None:
         ({"options": {"content_max_length": 3}}, {}, "too small"),
         ({"options": {"redact": "no"}}, {}, "must be a callable"),
         ({}, {config.ENV_METRIC_VALUE_LIMIT: "many"}, "FIRSTTOKEN_METRIC_VALUE_LIMIT='many' is not an integer"),
-        ({}, {config.ENV_METRIC_VALUE_LIMIT: "0"}, "FIRSTTOKEN_METRIC_VALUE_LIMIT='0' must be at least 1"),
+        (
+            {},
+            {config.ENV_METRIC_VALUE_LIMIT: "0"},
+            "FIRSTTOKEN_METRIC_VALUE_LIMIT='0' must be an integer of at least 1",
+        ),
         ({"options": {"metric_value_limit": 0}}, {}, "metric_value_limit=0 must be an integer of at least 1"),
         ({"options": {"metric_value_limit": True}}, {}, "metric_value_limit=True must be an integer"),
         ({"options": {"metric_value_limit": "9"}}, {}, "metric_value_limit='9' must be an integer"),

@@ -96,6 +96,28 @@ def _bool_option(name: str, env_name: str, value: Any, environ: Mapping[str, str
     return default if raw is None else parse_bool(env_name, raw)
 
 
+def _int_option(
+    name: str, env_name: str, value: Any, environ: Mapping[str, str], default: int, minimum: int, below: str
+) -> int:
+    """The keyword option, else the variable, else ``default``; at least ``minimum`` (else ``below`` says why)."""
+    if value is None:
+        raw = _env(env_name, environ)
+        if raw is None:
+            return default
+        try:
+            number = int(raw)
+        except ValueError:
+            raise ConfigError(f"{env_name}={raw!r} is not an integer") from None
+        where = f"{env_name}={raw!r}"
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number, where = value, f"{name}={value!r}"
+    else:
+        raise ConfigError(f"{name}={value!r} must be an integer")
+    if number < minimum:
+        raise ConfigError(f"{where} {below}")
+    return number
+
+
 def _phase_spans(value: Any, environ: Mapping[str, str]) -> str:
     if value is None:
         raw = _env(ENV_PHASE_SPANS, environ)
@@ -189,39 +211,14 @@ def load(
     else:
         raise ConfigError(f"provider_hosts={hosts_opt!r} must map host names to provider names")
 
-    max_len_opt = opts.get("content_max_length")
-    if max_len_opt is None:
-        raw = _env(ENV_CONTENT_MAX_LENGTH, env)
-        if raw is None:
-            max_len = Settings.content_max_length
-        else:
-            try:
-                max_len = int(raw)
-            except ValueError:
-                raise ConfigError(f"{ENV_CONTENT_MAX_LENGTH}={raw!r} is not an integer") from None
-    elif isinstance(max_len_opt, int) and not isinstance(max_len_opt, bool):
-        max_len = max_len_opt
-    else:
-        raise ConfigError(f"content_max_length={max_len_opt!r} must be an integer")
-    if max_len < 16:
-        raise ConfigError(f"content_max_length={max_len} is too small: use at least 16 characters")
-
-    limit_opt = opts.get("metric_value_limit")
-    if limit_opt is None:
-        raw = _env(ENV_METRIC_VALUE_LIMIT, env)
-        if raw is None:
-            value_limit = Settings.metric_value_limit
-        else:
-            try:
-                value_limit = int(raw)
-            except ValueError:
-                raise ConfigError(f"{ENV_METRIC_VALUE_LIMIT}={raw!r} is not an integer") from None
-            if value_limit < 1:
-                raise ConfigError(f"{ENV_METRIC_VALUE_LIMIT}={raw!r} must be at least 1")
-    elif isinstance(limit_opt, int) and not isinstance(limit_opt, bool) and limit_opt >= 1:
-        value_limit = limit_opt
-    else:
-        raise ConfigError(f"metric_value_limit={limit_opt!r} must be an integer of at least 1")
+    max_len = _int_option(
+        "content_max_length", ENV_CONTENT_MAX_LENGTH, opts.get("content_max_length"), env,
+        Settings.content_max_length, 16, "is too small: use at least 16 characters",
+    )  # fmt: skip
+    value_limit = _int_option(
+        "metric_value_limit", ENV_METRIC_VALUE_LIMIT, opts.get("metric_value_limit"), env,
+        Settings.metric_value_limit, 1, "must be an integer of at least 1",
+    )  # fmt: skip
 
     redact = opts.get("redact")
     if redact is not None and not callable(redact):
