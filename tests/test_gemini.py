@@ -57,7 +57,7 @@ def test_a_whole_answer_is_one_call_span_with_usage(telemetry: Telemetry, gsim: 
     result = client(gsim).models.generate_content(model="gemini-2.0-flash", contents="Say hello")
     a = attrs(telemetry.call())
     assert a[sc.GEN_AI_PROVIDER_NAME] == "gcp.gemini"
-    assert a[sc.GEN_AI_OPERATION_NAME] == "chat"
+    assert a[sc.GEN_AI_OPERATION_NAME] == sc.OP_GENERATE_CONTENT  # the conventions' name for Gemini
     assert a[sc.GEN_AI_REQUEST_MODEL] == "gemini-2.0-flash"
     assert a[sc.GEN_AI_RESPONSE_MODEL] == result.model_version
     # The simulator sends responseId as Gemini does; google-genai 1.20 does not read it, 3.6 does.

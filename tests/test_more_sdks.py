@@ -99,7 +99,7 @@ def test_mistral_streamed_usage_comes_on_the_last_chunk(telemetry: Telemetry, ts
     last = events[-1].data
     assert last.usage is not None and last.choices[0].finish_reason == "stop"  # with no stream_options asked
     a = attrs(telemetry.call())
-    assert_streamed(a, "openai")  # a loopback host: the API it speaks (api.mistral.ai is mistral_ai)
+    assert_streamed(a, "mistral_ai")  # a loopback host: the SDK's User-Agent names the provider
     assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == last.usage.completion_tokens
 
 
@@ -124,7 +124,7 @@ def test_groq_sdk_reads_usage_and_server_timing(telemetry: Telemetry, tsim: Simu
     first, second = (attrs(s) for s in telemetry.calls())
     assert [r.path for r in tsim.requests] == ["/openai/v1/chat/completions"] * 2
     assert first[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == whole.usage.completion_tokens == 24
-    assert_streamed(second, "openai")  # loopback; api.groq.com is groq (tests/test_endpoints.py)
+    assert_streamed(second, "groq")  # loopback: the groq SDK's User-Agent names the provider
     # Groq's own timing, read as the openai path reads it: whole from usage, streamed from x_groq.usage.
     for a in (first, second):
         server = {k: v for k, v in a.items() if k.startswith("firsttoken.server.")}
@@ -146,4 +146,4 @@ async def test_groq_async_concurrent(telemetry: Telemetry, tsim: Simulator) -> N
     calls = [attrs(s) for s in telemetry.calls()]
     assert len(calls) == 3
     for a in calls:
-        assert_streamed(a, "openai")
+        assert_streamed(a, "groq")

@@ -23,6 +23,8 @@ SCHEMA_URL: Final = "https://opentelemetry.io/schemas/1.41.0"
 # GenAI operation names (gen_ai.operation.name values)
 # --------------------------------------------------------------------------------------------
 OP_CHAT: Final = "chat"
+OP_GENERATE_CONTENT: Final = "generate_content"
+"""Gemini's native generateContent (the GenAI conventions' name for it)."""
 OP_TEXT_COMPLETION: Final = "text_completion"
 OP_EMBEDDINGS: Final = "embeddings"
 

@@ -47,7 +47,7 @@ def classify(request: Any) -> tuple[str, str, str | None] | None:
         if path.endswith(suffix):
             return operation, family, api_type
     if path.endswith((gemini.GENERATE, gemini.STREAM)):
-        return sc.OP_CHAT, GEMINI, None
+        return sc.OP_GENERATE_CONTENT, GEMINI, None
     if path.endswith(cohere.CHAT_PATH):
         return sc.OP_CHAT, COHERE, None
     return None
@@ -81,6 +81,16 @@ def _body(request: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _sdk_provider(request: Any) -> str | None:
+    """The provider an SDK is made for, from its User-Agent: the name when the host says nothing."""
+    agent = request.headers.get("user-agent", "").lower()
+    if agent.startswith("mistral-client-python/"):  # mistralai 1.x to 3.x
+        return "mistral_ai"
+    if agent.startswith(("groq/python", "asyncgroq/python")):
+        return "groq"
+    return None
+
+
 def start(recorder: Recorder, provider_of: common.ProviderResolver, request: Any) -> tuple[Timeline, str] | None:
     """Start the call of an LLM API request sent with plain httpx: (timeline, API family)."""
     kind = classify(request)
@@ -93,7 +103,7 @@ def start(recorder: Recorder, provider_of: common.ProviderResolver, request: Any
     port = url.port or (443 if url.scheme == "https" else 80)
     model = body.get("model")
     stream = body.get("stream") is True
-    default = family
+    default = _sdk_provider(request) or family
     if family == GEMINI:  # the model and the streaming are in the path
         found = gemini.match(url.path.rstrip("/"))
         model, stream = found if found is not None else (None, False)
