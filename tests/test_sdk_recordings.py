@@ -119,3 +119,27 @@ def test_mistral_sdk_replays_a_mistral_recording(telemetry: Telemetry) -> None:
     assert a[sc.GEN_AI_RESPONSE_MODEL] == recorded["model"]
     assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] == recorded["usage"]["prompt_tokens"]
     assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == recorded["usage"]["completion_tokens"]
+
+
+def test_cohere_v2_stream(telemetry: Telemetry) -> None:
+    cassette = HERE / "sdks" / "cohere_v2_chat_stream.yaml"
+    request, events = _recorded(cassette)
+    start, end = events[0], events[-1]
+    usage = end["delta"]["usage"]
+    with Simulator(replay=[cassette], latency=FAST) as sim:
+        client = cohere.ClientV2(api_key="k", base_url=sim.url)
+        received = list(client.chat_stream(model=request["model"], messages=request["messages"]))
+    assert [e.type for e in received] == [e["type"] for e in events]
+    a = telemetry.call().attributes
+    assert a[sc.GEN_AI_OPERATION_NAME] == "chat"
+    assert a[sc.GEN_AI_PROVIDER_NAME] == "cohere"
+    assert a[sc.GEN_AI_REQUEST_MODEL] == "command"
+    assert a[sc.GEN_AI_REQUEST_STREAM] is True
+    assert a[sc.GEN_AI_RESPONSE_ID] == start["id"] == "6cd6ce61-bb3b-46f6-907e-fcfab45e51b6"
+    # usage.tokens (what the model saw and wrote), not billed_units (7 and 109)
+    assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] == usage["tokens"]["input_tokens"] == 69
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == usage["tokens"]["output_tokens"] == 110
+    assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("complete",)
+    assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert a[sc.FT_CHUNK_COUNT] == len(events)
+    assert a[sc.FT_TIME_TO_FIRST_TOKEN] > 0
