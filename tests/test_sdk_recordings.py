@@ -28,6 +28,8 @@ except ImportError:  # mistralai 2 and later keep the client in mistralai.client
 
 HERE = Path(__file__).parent / "recordings"
 FAST = LatencyModel(queue_ms=1, decode_tokens_per_s=2000, jitter=0)
+STEP = 0.02
+PACED = LatencyModel(queue_ms=1, decode_tokens_per_s=1 / STEP, jitter=0)  # one recorded event every STEP seconds
 
 
 def _recorded(cassette: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -143,3 +145,34 @@ def test_cohere_v2_stream(telemetry: Telemetry) -> None:
     assert a[sc.FT_END_REASON] == sc.END_COMPLETED
     assert a[sc.FT_CHUNK_COUNT] == len(events)
     assert a[sc.FT_TIME_TO_FIRST_TOKEN] > 0
+
+
+@pytest.mark.parametrize("name", ["mistral_chat_stream.yaml", "mistral_chat_stream_thinking.yaml"])
+def test_mistral_sdk_replays_mistral_streams(telemetry: Telemetry, name: str) -> None:
+    """Mistral sends the usage on the chunk with finish_reason, without stream_options; magistral's
+    thinking chunks carry a list of thinking parts as their delta's content."""
+    cassette = HERE / "sdks" / name
+    request, events = _recorded(cassette)
+    last = events[-1]
+    assert "stream_options" not in request and last["choices"][0]["finish_reason"] == "stop"
+    first_output = next(i for i, e in enumerate(events) if e["choices"][0]["delta"].get("content"))
+    with Simulator(replay=[cassette], latency=PACED) as sim:
+        client = Mistral(api_key="k", server_url=sim.url)
+        chunks = list(client.chat.stream(model=request["model"], messages=request["messages"]))
+    assert len(chunks) == len(events)
+    a = telemetry.call().attributes
+    assert a[sc.GEN_AI_OPERATION_NAME] == "chat"
+    assert a[sc.GEN_AI_PROVIDER_NAME] == "mistral_ai"
+    assert a[sc.GEN_AI_REQUEST_MODEL] == request["model"]
+    assert a[sc.GEN_AI_REQUEST_STREAM] is True
+    assert a[sc.GEN_AI_RESPONSE_ID] == events[0]["id"] == last["id"]
+    assert a[sc.GEN_AI_RESPONSE_MODEL] == last["model"]
+    assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] == last["usage"]["prompt_tokens"]
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == last["usage"]["completion_tokens"]
+    assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
+    assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert a[sc.FT_CHUNK_COUNT] == len(events)
+    # The first token is the first chunk with content (magistral's is a thinking chunk, four chunks before the
+    # first text): it came first_output steps after the first chunk; a bound, since late reads only bunch events.
+    ttft_after_first_chunk = a[sc.FT_TIME_TO_FIRST_TOKEN] - a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK]
+    assert 0 <= ttft_after_first_chunk < (first_output + 2) * STEP
