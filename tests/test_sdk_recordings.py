@@ -20,6 +20,7 @@ cohere = pytest.importorskip("cohere", reason="cohere is in the dev extra")
 groq = pytest.importorskip("groq", reason="groq is in the dev extra")
 genai = pytest.importorskip("google.genai", reason="google-genai is in the dev extra")
 types = pytest.importorskip("google.genai.types")
+oauth2 = pytest.importorskip("google.oauth2.credentials", reason="google-auth comes with google-genai")
 pytest.importorskip("mistralai", reason="mistralai is in the dev extra")
 try:
     from mistralai import Mistral
@@ -176,3 +177,57 @@ def test_mistral_sdk_replays_mistral_streams(telemetry: Telemetry, name: str) ->
     # first text): it came first_output steps after the first chunk; a bound, since late reads only bunch events.
     ttft_after_first_chunk = a[sc.FT_TIME_TO_FIRST_TOKEN] - a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK]
     assert 0 <= ttft_after_first_chunk < (first_output + 2) * STEP
+
+
+def test_vertex_ai_through_google_genai(telemetry: Telemetry) -> None:
+    """google-genai's Vertex AI client needs credentials: a static OAuth token is valid as it is, so the
+    SDK never refreshes it and nothing leaves the machine (AnonymousCredentials fail: the SDK refreshes them)."""
+    whole_cassette = HERE / "sdks" / "vertex_ai_generate.yaml"
+    stream_cassette = HERE / "sdks" / "vertex_ai_stream.yaml"
+    whole_request, (whole,) = _recorded(whole_cassette)
+    stream_request, (event,) = _recorded(stream_cassette)
+    with Simulator(replay=[whole_cassette, stream_cassette], latency=FAST) as sim:
+        client = genai.Client(
+            vertexai=True,
+            project="pydantic-ai",
+            location="global",
+            credentials=oauth2.Credentials(token="recorded"),
+            http_options=types.HttpOptions(base_url=sim.url),
+        )
+        system = whole_request["systemInstruction"]["parts"][0]["text"]
+        answer = client.models.generate_content(
+            model="gemini-2.0-flash",
+            contents=whole_request["contents"][0]["parts"][0]["text"],
+            config=types.GenerateContentConfig(system_instruction=system),
+        )
+        chunks = list(
+            client.models.generate_content_stream(
+                model="gemini-3-flash-preview",
+                contents=stream_request["contents"][0]["parts"][0]["text"],
+                config=types.GenerateContentConfig(response_modalities=["TEXT"]),
+            )
+        )
+    served = [s.path for s in sim.requests]
+    assert served == [
+        "/v1beta1/projects/pydantic-ai/locations/global/publishers/google/models/gemini-2.0-flash:generateContent",
+        "/v1beta1/projects/pydantic-ai/locations/global/publishers/google/models/gemini-3-flash-preview:streamGenerateContent",
+    ]
+    assert answer.text == "The capital of France is Paris.\n" and [c.text for c in chunks] == ["OK"]
+    first, second = (c.attributes for c in telemetry.calls())
+    for a, data, model in ((first, whole, "gemini-2.0-flash"), (second, event, "gemini-3-flash-preview")):
+        assert a[sc.GEN_AI_OPERATION_NAME] == "generate_content"
+        assert a[sc.GEN_AI_PROVIDER_NAME] == "gcp.vertex_ai"
+        assert a[sc.GEN_AI_REQUEST_MODEL] == model
+        assert a[sc.GEN_AI_RESPONSE_MODEL] == data["modelVersion"] == model
+        assert a[sc.GEN_AI_RESPONSE_ID] == data["responseId"]
+        assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] == data["usageMetadata"]["promptTokenCount"]
+        assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
+        assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert sc.GEN_AI_REQUEST_STREAM not in first and second[sc.GEN_AI_REQUEST_STREAM] is True  # set when streamed
+    assert first[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == whole["usageMetadata"]["candidatesTokenCount"] == 8
+    assert sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS not in first
+    # Thinking that was not streamed: counted in the output and as reasoning, one chunk, one visible token.
+    assert second[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 1 + 100
+    assert second[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == event["usageMetadata"]["thoughtsTokenCount"] == 100
+    assert second[sc.FT_CHUNK_COUNT] == 1
+    assert second[sc.FT_TIME_TO_FIRST_TOKEN] > 0
