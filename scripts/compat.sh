@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The SDK-facing tests against the OLDEST openai and anthropic SDKs firsttoken declares it supports.
+# The SDK-facing tests against the OLDEST SDKs firsttoken declares it supports: openai and anthropic
+# (patched), and google-genai, cohere, mistralai and groq (measured on the wire, not patched).
 #
 # Usage: scripts/compat.sh [pytest args...]
 #
 #   FIRSTTOKEN_COMPAT_VENV       the venv to create or reuse (default .venv-compat, git-ignored)
 #   FIRSTTOKEN_COMPAT_OPENAI     the openai version to pin (default: pyproject.toml's lower bound, 3.0)
 #   FIRSTTOKEN_COMPAT_ANTHROPIC  the anthropic version to pin (default: pyproject.toml's lower bound, 2.0)
+#   FIRSTTOKEN_COMPAT_GENAI, _COHERE, _MISTRALAI, _GROQ
+#                                the google-genai, cohere, mistralai and groq versions to pin (default:
+#                                their lower bounds in pyproject.toml: the gemini extra, the dev extra)
 #   FIRSTTOKEN_COMPAT_REINSTALL  1 to reinstall even when the venv already has exactly this setup
 #   PYTHON                       the interpreter that makes the venv (default python3)
 #
@@ -31,8 +35,28 @@ lower_bound() {
 }
 OPENAI_VERSION=${FIRSTTOKEN_COMPAT_OPENAI:-$(lower_bound openai)}
 ANTHROPIC_VERSION=${FIRSTTOKEN_COMPAT_ANTHROPIC:-$(lower_bound anthropic)}
-# google-genai is in the dev extra only (measured on the wire, not patched): its lower bound there.
-GENAI_VERSION=${FIRSTTOKEN_COMPAT_GENAI:-$(sed -n 's/.*"google-genai>=\([^",]*\)".*/\1/p' pyproject.toml)}
+# The SDKs measured on the wire, not patched: their lower bounds in the gemini and dev extras.
+dev_lower_bound() {
+    local found
+    found=$(sed -n "s/.*\"$1>=\([^\",]*\)\".*/\1/p" pyproject.toml | head -n 1)
+    if [ -z "$found" ]; then
+        echo "compat: no '\"$1>=...\"' in pyproject.toml's extras; set FIRSTTOKEN_COMPAT_$2" >&2
+        return 1
+    fi
+    echo "$found"
+}
+GENAI_VERSION=${FIRSTTOKEN_COMPAT_GENAI:-$(dev_lower_bound google-genai GENAI)}
+COHERE_VERSION=${FIRSTTOKEN_COMPAT_COHERE:-$(dev_lower_bound cohere COHERE)}
+MISTRALAI_VERSION=${FIRSTTOKEN_COMPAT_MISTRALAI:-$(dev_lower_bound mistralai MISTRALAI)}
+GROQ_VERSION=${FIRSTTOKEN_COMPAT_GROQ:-$(dev_lower_bound groq GROQ)}
+PINS=(
+    "openai==$OPENAI_VERSION"
+    "anthropic==$ANTHROPIC_VERSION"
+    "google-genai==$GENAI_VERSION"
+    "cohere==$COHERE_VERSION"
+    "mistralai==$MISTRALAI_VERSION"
+    "groq==$GROQ_VERSION"
+)
 TESTS=(
     tests/test_openai_apis.py
     tests/test_stream_endings.py
@@ -41,6 +65,8 @@ TESTS=(
     tests/test_wire.py
     tests/test_anthropic_tracing.py
     tests/test_gemini.py
+    tests/test_more_sdks.py
+    tests/test_sdk_recordings.py
 )
 
 export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
@@ -71,7 +97,7 @@ want=$(
     {
         pwd
         sha256sum pyproject.toml
-        echo "openai==$OPENAI_VERSION anthropic==$ANTHROPIC_VERSION google-genai==$GENAI_VERSION"
+        echo "${PINS[*]}"
         "$PY" -c 'import sys; print(sys.version)'
     } | sha256sum | cut -d' ' -f1
 )
@@ -81,23 +107,22 @@ if [ "${FIRSTTOKEN_COMPAT_REINSTALL:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)
     echo "==> installing firsttoken[dev] into $VENV"
     "$PY" -m pip install --quiet --upgrade pip
     "$PY" -m pip install --quiet -e '.[dev]'
-    echo "==> pinning openai==$OPENAI_VERSION anthropic==$ANTHROPIC_VERSION google-genai==$GENAI_VERSION"
-    "$PY" -m pip install --quiet "openai==$OPENAI_VERSION" "anthropic==$ANTHROPIC_VERSION" \
-        "google-genai==$GENAI_VERSION"
+    echo "==> pinning ${PINS[*]}"
+    "$PY" -m pip install --quiet "${PINS[@]}"
     "$PY" -m pip check
     echo "$want" >"$stamp"
 fi
 
 # Fail loudly if anything (a stale venv, a resolver surprise) left other versions in place.
-"$PY" - "$OPENAI_VERSION" "$ANTHROPIC_VERSION" "$GENAI_VERSION" <<'EOF'
+"$PY" - "${PINS[@]}" <<'EOF'
 import sys
 from importlib import metadata
 
 from packaging.version import Version
 
-want = {"openai": sys.argv[1], "anthropic": sys.argv[2], "google-genai": sys.argv[3]}
-for dist in ("openai", "anthropic", "google-genai", "httpx", "httpx2", "pydantic", "pytest"):
-    print(f"    {dist:10} {metadata.version(dist)}")
+want = dict(pin.split("==") for pin in sys.argv[1:])
+for dist in (*want, "httpx", "httpx2", "pydantic", "pytest"):
+    print(f"    {dist:12} {metadata.version(dist)}")
 bad = {d: metadata.version(d) for d, v in want.items() if Version(metadata.version(d)) != Version(v)}
 if bad:
     sys.exit(f"compat: expected {want}, venv has {bad}; rerun with FIRSTTOKEN_COMPAT_REINSTALL=1")

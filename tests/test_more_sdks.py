@@ -7,9 +7,11 @@ Groq's are OpenAI's, with Mistral's usage on the last streamed chunk and Groq's 
 from __future__ import annotations
 
 import asyncio
+from importlib import metadata
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
 from firsttoken import semconv as sc
 from firsttoken.sim import LatencyModel, Simulator
@@ -75,12 +77,18 @@ def test_cohere_cache_reads_and_early_close(telemetry: Telemetry, tsim: Simulato
     co.chat(model="command-a-03-2025", messages=messages)
     stream = co.chat_stream(model="command-a-03-2025", messages=messages)
     next(iter(stream))
-    stream.close()  # type: ignore[attr-defined]
+    try:
+        stream.close()  # type: ignore[attr-defined]
+    except RuntimeError as e:
+        # cohere 5.9-5.15's chat_stream catches the GeneratorExit of close() and goes on reading (the
+        # same with firsttoken or without); 5.16 and later close cleanly.
+        assert "ignored GeneratorExit" in str(e) and Version(metadata.version("cohere")) < Version("5.16")
+    del stream
     telemetry.settle_abandoned()
     cold, warm, closed = (attrs(s) for s in telemetry.calls())
     assert cold.get(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, 0) == 0
     assert 0 < warm[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] <= warm[sc.GEN_AI_USAGE_INPUT_TOKENS]
-    assert closed[sc.FT_END_REASON] in (sc.END_CLOSED, sc.END_ABANDONED)
+    assert closed[sc.FT_END_REASON] in (sc.END_CLOSED, sc.END_ABANDONED), closed[sc.FT_END_REASON]
 
 
 async def test_cohere_async(telemetry: Telemetry, tsim: Simulator) -> None:
