@@ -38,8 +38,11 @@ QUEUE_MS, PREFILL_MS_PER_1K, DECODE_TPS, OUTPUT = 100.0, 100.0, 100.0, 20
 
 
 def bench_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_", "ANTHROPIC_"))}
-    full_env.update({"OPENAI_API_KEY": "sk-bench-test", "ANTHROPIC_API_KEY": "sk-ant-bench-test"})
+    ours = ("OTEL_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_")
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
+    full_env.update(
+        {"OPENAI_API_KEY": "sk-bench-test", "ANTHROPIC_API_KEY": "sk-ant-bench-test", "GEMINI_API_KEY": "g-bench-test"}
+    )
     full_env.update(env or {})
     return full_env
 
@@ -158,6 +161,47 @@ def test_compare_orders_two_targets_of_known_speed(sim: Simulator, tmp_path: Pat
     assert ttft_p50["low"] <= ttft_p50["ratio"] <= ttft_p50["high"] < 1
     assert 0.25 <= ttft_p50["ratio"] <= 0.7
     assert "TTFT p50: fast / slow" in result.stdout and "(fast faster)" in result.stdout
+
+
+def test_a_gemini_native_endpoint_is_measured_and_compared_with_an_openai_one(sim: Simulator, tmp_path: Path) -> None:
+    """``--api gemini`` drives google-genai's async client at Gemini's native API (``models/*:
+    streamGenerateContent?alt=sse``), compared here with an OpenAI-API target on the same simulator."""
+    out = tmp_path / "gemini"
+    with SchedulerProbe() as probe:
+        result = run_bench(
+            "--target", f"gem=gemini:steady@{sim.url}/v1beta", "--target", f"oai=openai:fast@{sim.openai_base_url}",
+            "--compare", "oai,gem", "--requests", "10", "--concurrency", "2", "--warmup", "1",
+            "--input-tokens", "300", "--max-tokens", "64", "--out", str(out), "--no-progress",
+        )  # fmt: skip
+    slack_ms = probe.allow(SLACK_MS / 1000) * 1000
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["targets"]["gem"] == {"api": "gemini", "model": "steady", "base_url": f"{sim.url}/v1beta"}
+    gem = [r for r in doc["requests"] if r["target"] == "gem" and not r["warmup"]]
+    assert len(gem) == 10 and all(r["ok"] and r["stream"] for r in gem)
+    assert {r["output_tokens"] for r in gem} == {OUTPUT}  # usageMetadata's candidatesTokenCount
+    inputs = {r["input_tokens"] for r in gem}
+    assert len(inputs) == 1 and 295 <= min(inputs) <= 310
+    for r in gem:
+        phases = [p["phase"] for p in r["phases"]]
+        assert "server_wait" in phases and "decode" in phases, phases
+    ttft_ms = QUEUE_MS + PREFILL_MS_PER_1K * min(inputs) / 1000 + 1000 / DECODE_TPS
+    ttft = table_row(result.stdout, "gem", "TTFT ms")
+    assert ttft_ms <= ttft["p50"] <= ttft_ms + slack_ms, (ttft, ttft_ms, slack_ms)
+    tpot = table_row(result.stdout, "gem", "time per output token ms")
+    assert 1000 / DECODE_TPS - 1 <= tpot["p50"] <= 1000 / DECODE_TPS + slack_ms / (OUTPUT - 1), tpot
+    # The simulator served them on Gemini's native path, not an OpenAI-compatible one.
+    paths = {q.path for q in sim.requests if q.model == "steady" and "Content" in q.path}
+    assert paths == {"/v1beta/models/steady:streamGenerateContent"}, paths
+    ttft_p50 = next(c for c in doc["compare"] if c["metric"] == "ttft_s" and c["quantile"] == 50)
+    # --compare oai,gem reads gem / oai: 100 ms of queue against 40, the same prefill and decode.
+    assert ttft_p50["a"] == "gem" and ttft_p50["b"] == "oai" and 1 < ttft_p50["low"] <= ttft_p50["ratio"], ttft_p50
+
+    missing = run_bench("--api", "gemini", "--model", "steady", env={"GEMINI_API_KEY": ""})
+    assert missing.returncode == 2
+    assert missing.stderr.strip().endswith(
+        "GEMINI_API_KEY or GOOGLE_API_KEY is not set: the gemini targets need an API key"
+    )
 
 
 def test_open_loop_for_a_duration_without_streaming(sim: Simulator, tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """``firsttoken bench``: measure endpoints the way the app will see them, compare them, price racing.
 
-Requests go through the official ``openai`` / ``anthropic`` SDKs with firsttoken instrumenting them,
-and every number is read back from the spans firsttoken recorded: a bench run and production
-telemetry are the same numbers. See docs/bench.md.
+Requests go through the official ``openai`` / ``anthropic`` / ``google-genai`` SDKs with firsttoken
+instrumenting them, and every number is read back from the spans firsttoken recorded: a bench run
+and production telemetry are the same numbers. See docs/bench.md.
 """
 
 from __future__ import annotations
@@ -30,15 +30,26 @@ from .bench_out import (
     write_csv,
     write_json,
 )
-from .bench_run import FIRST_TOKEN, BenchError, Clients, Collector, Plan, Prompt, Runner, Sample, Target
+from .bench_run import (
+    FIRST_TOKEN,
+    KEY_ENV,
+    BenchError,
+    Clients,
+    Collector,
+    Plan,
+    Prompt,
+    Runner,
+    Sample,
+    Target,
+)
 from .usage import OneLineParser
 
-APIS = ("openai", "anthropic")
+APIS = ("openai", "anthropic", "gemini")
 BUSY_WARNING = 0.5
 """Above this share of a core busy, a Python client's own CPU visibly delays what it measures."""
-KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-SDK_REQUIREMENT = {"openai": "openai>=3.0,<4", "anthropic": "anthropic>=2.0,<3"}
+SDK_REQUIREMENT = {"openai": "openai>=3.0,<4", "anthropic": "anthropic>=2.0,<3", "gemini": "google-genai>=1.20"}
 """What to install for each API: the same requirement as firsttoken's extra of that name."""
+SDK_MODULE = {"openai": "openai", "anthropic": "anthropic", "gemini": "google.genai"}
 _WORDS = [
     "able",
     "bird",
@@ -448,13 +459,13 @@ def _main(args: argparse.Namespace) -> int:
     used = {targets[n].api for n in (race[1] if race else []) + [n for n in lanes if n in targets]}
     keys = {}
     for api in sorted(used):
-        key = os.environ.get(KEY_ENV[api])
+        key = next((os.environ[v] for v in KEY_ENV[api] if os.environ.get(v)), None)
         if not key:
-            raise UsageError(f"{KEY_ENV[api]} is not set: the {api} targets need an API key")
+            raise UsageError(f"{' or '.join(KEY_ENV[api])} is not set: the {api} targets need an API key")
         keys[api] = key
     for api in used:
         try:
-            __import__(api)
+            __import__(SDK_MODULE[api])
         except ImportError:
             raise UsageError(f"the {api} SDK is not installed: pip install '{SDK_REQUIREMENT[api]}'") from None
     requests = args.requests if args.duration is None else None

@@ -31,6 +31,19 @@ from ..race import FIRST_TOKEN, arace
 
 SETUP_PHASES = (sc.PHASE_POOL_WAIT, sc.PHASE_DNS, sc.PHASE_TCP_CONNECT, sc.PHASE_TLS_HANDSHAKE, sc.PHASE_CONNECT)
 TRAFFIC_CLASS = "bench"
+DEFAULT_HOSTS = {
+    "openai": "api.openai.com",
+    "anthropic": "api.anthropic.com",
+    "gemini": "generativelanguage.googleapis.com",
+}
+"""Where each API's SDK sends a call when no base URL is given."""
+GEMINI_API_VERSIONS = ("v1", "v1beta", "v1alpha")
+KEY_ENV = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),  # the two google-genai reads
+}
+"""The environment variables holding each API's key, in the order they are read."""
 
 
 class BenchError(Exception):
@@ -40,14 +53,14 @@ class BenchError(Exception):
 @dataclass(frozen=True)
 class Target:
     name: str
-    api: str  # "openai" or "anthropic"
+    api: str  # "openai", "anthropic" or "gemini"
     model: str
     base_url: str | None
 
     def key(self) -> tuple[str, Any, Any]:
         """(model, host, port): how a call span is matched to its target."""
         if self.base_url is None:
-            host, port = ("api.openai.com" if self.api == "openai" else "api.anthropic.com"), 443
+            host, port = DEFAULT_HOSTS[self.api], 443
         else:
             url = urllib.parse.urlsplit(self.base_url)
             return self.model, url.hostname, url.port or (443 if url.scheme == "https" else 80)
@@ -194,6 +207,8 @@ class Clients:
                 self.by_name[t.name] = openai.AsyncOpenAI(
                     base_url=t.base_url, api_key=keys["openai"], timeout=timeout, max_retries=max_retries
                 )
+            elif t.api == "gemini":
+                self.by_name[t.name] = _gemini_client(t.base_url, keys["gemini"], timeout, max_retries)
             else:
                 import anthropic
 
@@ -203,7 +218,36 @@ class Clients:
 
     async def close(self) -> None:
         for client in self.by_name.values():
-            await client.close()
+            if hasattr(client, "aio"):  # google-genai: the async client is client.aio (aclose() since 1.27)
+                aclose = getattr(client.aio, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            else:
+                await client.close()
+
+
+def gemini_base(base_url: str | None) -> tuple[str | None, str | None]:
+    """A Gemini base URL as google-genai takes it: the root, and the API version when the URL ends in
+    one (``http://host:8000/v1beta`` -> ``("http://host:8000/", "v1beta")``; the SDK adds the
+    version and ``models/...`` itself)."""
+    if base_url is None:
+        return None, None
+    root, _, last = base_url.rstrip("/").rpartition("/")
+    if last in GEMINI_API_VERSIONS and "//" in root:
+        return root + "/", last
+    return base_url.rstrip("/") + "/", None
+
+
+def _gemini_client(base_url: str | None, key: str, timeout: float, max_retries: int) -> Any:
+    from google import genai
+    from google.genai import types
+
+    base, version = gemini_base(base_url)
+    options = types.HttpOptions(base_url=base, api_version=version, timeout=int(timeout * 1000))
+    retry_options = getattr(types, "HttpRetryOptions", None)  # not in google-genai 1.20
+    if retry_options is not None and "retry_options" in types.HttpOptions.model_fields:
+        options.retry_options = retry_options(attempts=max_retries + 1)
+    return genai.Client(api_key=key, http_options=options)
 
 
 def call_factory(client: Any, target: Target, prompt: Prompt, *, stream: bool, max_tokens: int) -> Callable[[], Any]:
@@ -216,6 +260,17 @@ def call_factory(client: Any, target: Target, prompt: Prompt, *, stream: bool, m
         if stream:
             kwargs.update(stream=True, stream_options={"include_usage": True})
         return lambda: client.chat.completions.create(**kwargs)
+    if target.api == "gemini":
+        contents = [
+            {"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": m["content"]}]}
+            for m in prompt.messages
+        ]
+        config: dict[str, Any] = {"max_output_tokens": max_tokens}
+        if prompt.system is not None:
+            config["system_instruction"] = prompt.system  # Gemini caches a repeated prefix implicitly
+        models = client.aio.models
+        method = models.generate_content_stream if stream else models.generate_content
+        return lambda: method(model=target.model, contents=contents, config=config)
     akwargs: dict[str, Any] = {"model": target.model, "messages": prompt.messages, "max_tokens": max_tokens}
     if prompt.system is not None:
         block: dict[str, Any] = {"type": "text", "text": prompt.system}
@@ -409,18 +464,20 @@ class Runner:
         """Whether ``exc`` should stop the run; ``answered``: the endpoint streamed a token first (then
         a timeout is a stalled stream, counted as an error, not an endpoint that cannot be reached)."""
         status = getattr(exc, "status_code", None)
+        if status is None and type(exc).__module__.startswith("google.genai"):
+            status = getattr(exc, "code", None)  # google-genai's APIError
         target = self.targets.get(job.target)
         where = target.describe() if target else job.target
         message = str(getattr(exc, "message", None) or exc)[:200]
         if status in (401, 403):
             self.fatal = BenchError(
                 f"the endpoint refused the API key (HTTP {status}) for {where}: {message}. "
-                "Check OPENAI_API_KEY / ANTHROPIC_API_KEY."
+                f"Check {' or '.join(KEY_ENV[target.api] if target else ('OPENAI_API_KEY', 'ANTHROPIC_API_KEY'))}."
             )
         elif status == 404:
             self.fatal = BenchError(f"not found (HTTP 404) for {where}: unknown model or wrong base URL? {message}")
         elif (
-            type(exc).__name__ in ("APIConnectionError", "APITimeoutError")
+            type(exc).__name__ in ("APIConnectionError", "APITimeoutError", "ConnectError", "ConnectTimeout")
             and not answered
             and not self.successes.get(job.target)
         ):
@@ -462,7 +519,9 @@ class Runner:
 
 
 __all__ = [
+    "DEFAULT_HOSTS",
     "FIRST_TOKEN",
+    "KEY_ENV",
     "BenchError",
     "Clients",
     "Collector",
