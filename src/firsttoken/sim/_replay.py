@@ -176,7 +176,7 @@ def usage_of(interaction: Interaction) -> dict[str, int]:
     def visit(value: Any) -> None:
         if isinstance(value, dict):
             for key, item in value.items():
-                if isinstance(item, int) and not isinstance(item, bool) and key.endswith("tokens"):
+                if isinstance(item, int) and not isinstance(item, bool) and key.endswith(("tokens", "TokenCount")):
                     found[key] = max(found.get(key, 0), item)
                 else:
                     visit(item)
@@ -199,6 +199,11 @@ async def replay(call: Call, interaction: Interaction) -> None:
     u.cache_creation_tokens = counts.get("cache_creation_input_tokens", 0)
     u.output_tokens = counts.get("completion_tokens", 0) or counts.get("output_tokens", 0)
     u.reasoning_tokens = counts.get("reasoning_tokens", 0)
+    if "promptTokenCount" in counts:  # Gemini's usageMetadata; its thoughts are output too
+        u.input_tokens = counts["promptTokenCount"]
+        u.cached_tokens = counts.get("cachedContentTokenCount", 0)
+        u.reasoning_tokens = counts.get("thoughtsTokenCount", 0)
+        u.output_tokens = counts.get("candidatesTokenCount", 0) + u.reasoning_tokens
     if interaction.path.startswith("/v1/messages"):
         u.input_tokens += u.cached_tokens + u.cache_creation_tokens  # Anthropic's input excludes cache
     sched = call.schedule(0)
