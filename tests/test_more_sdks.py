@@ -119,6 +119,20 @@ async def test_mistral_async_whole(telemetry: Telemetry, tsim: Simulator) -> Non
     assert a[sc.FT_END_REASON] == sc.END_COMPLETED
 
 
+async def test_mistral_async_streamed_and_closed_early(telemetry: Telemetry, tsim: Simulator) -> None:
+    m = Mistral(api_key="test-key", server_url=tsim.url)
+    messages = [{"role": "user", "content": "Hi"}]
+    async for _ in await m.chat.stream_async(model="mistral-small-latest", messages=messages):
+        pass
+    stream = m.chat.stream(model="mistral-small-latest", messages=messages)
+    with stream:  # the SDK's event stream closes its response on exit
+        next(e for e in stream if e.data.choices[0].delta.content)  # the first chunk only names the role
+    whole, closed = (attrs(s) for s in telemetry.calls())
+    assert_streamed(whole, "mistral_ai")
+    assert closed[sc.FT_END_REASON] == sc.END_CLOSED
+    assert closed[sc.FT_TIME_TO_FIRST_TOKEN] >= 0.03 and sc.GEN_AI_USAGE_OUTPUT_TOKENS not in closed
+
+
 # -- Groq ----------------------------------------------------------------------------------------------
 
 
@@ -155,3 +169,15 @@ async def test_groq_async_concurrent(telemetry: Telemetry, tsim: Simulator) -> N
     assert len(calls) == 3
     for a in calls:
         assert_streamed(a, "groq")
+
+
+def test_groq_stream_closed_early(telemetry: Telemetry, tsim: Simulator) -> None:
+    g = groq.Groq(api_key="test-key", base_url=tsim.url)
+    stream = g.chat.completions.create(
+        model="llama-3.3-70b-versatile", messages=[{"role": "user", "content": "Hi"}], stream=True
+    )
+    next(c for c in stream if c.choices[0].delta.content)  # the first chunk only names the role
+    stream.close()
+    a = attrs(telemetry.call())
+    assert a[sc.GEN_AI_PROVIDER_NAME] == "groq" and a[sc.FT_END_REASON] == sc.END_CLOSED
+    assert a[sc.FT_TIME_TO_FIRST_TOKEN] >= 0.03
