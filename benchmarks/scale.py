@@ -786,7 +786,7 @@ def main() -> None:
     ap.add_argument("--concurrency", default="10,100,500", help="lag part: concurrent streams")
     ap.add_argument("--calls", type=int, default=200, help="lag part: calls per run (at least 6 x concurrency)")
     ap.add_argument("--reps", type=int, default=2, help="lag and throughput runs per variant, order alternating")
-    ap.add_argument("--peers-bench", default=str(ROOT.parent.parent / "shared" / "peers-bench"))
+    ap.add_argument("--peers-bench", default=str(ROOT.parent / "shared" / "peers-bench"))
     ap.add_argument("--throughput-concurrency", default="1,4,16,64,256", help="throughput part: concurrent streams")
     ap.add_argument("--grid", default="1x1,10x1,100x1,100x4", help="cardinality: models x traffic classes, ...")
     ap.add_argument("--no-callgrind", action="store_true", help="cardinality: skip counting export instructions")

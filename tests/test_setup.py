@@ -79,6 +79,12 @@ def test_metric_value_limit_from_argument_env_and_default() -> None:
     assert both.metric_value_limit == 3
 
 
+def test_tail_share_from_argument_env_and_default() -> None:
+    assert config.load(environ={}).tail_share == 0.25
+    assert config.load(environ={config.ENV_TAIL_SHARE: " 0.05 "}).tail_share == 0.05
+    assert config.load(environ={config.ENV_TAIL_SHARE: "0.05"}, options={"tail_share": 1}).tail_share == 1.0
+
+
 @pytest.mark.parametrize(
     ("kwargs", "environ", "message"),
     [
@@ -99,6 +105,12 @@ def test_metric_value_limit_from_argument_env_and_default() -> None:
         ({"options": {"metric_value_limit": 0}}, {}, "metric_value_limit=0 must be an integer of at least 1"),
         ({"options": {"metric_value_limit": True}}, {}, "metric_value_limit=True must be an integer"),
         ({"options": {"metric_value_limit": "9"}}, {}, "metric_value_limit='9' must be an integer"),
+        ({}, {config.ENV_TAIL_SHARE: "a tenth"}, "FIRSTTOKEN_TAIL_SHARE='a tenth' is not a number"),
+        ({}, {config.ENV_TAIL_SHARE: "0"}, "FIRSTTOKEN_TAIL_SHARE='0' is out of range"),
+        ({}, {config.ENV_TAIL_SHARE: "nan"}, "FIRSTTOKEN_TAIL_SHARE='nan' is out of range"),
+        ({"options": {"tail_share": 25}}, {}, "tail_share=25 is out of range: use a share above 0 and at most 1"),
+        ({"options": {"tail_share": "0.1"}}, {}, "tail_share='0.1' must be a number"),
+        ({"options": {"tail_share": True}}, {}, "tail_share=True must be a number"),
     ],
 )
 def test_bad_settings_name_the_problem(kwargs: dict[str, Any], environ: dict[str, str], message: str) -> None:

@@ -187,3 +187,46 @@ def test_a_traffic_class_with_targets_gets_waterfalls_over_them_only(tail_teleme
     calls = t.calls()
     assert calls[-1].attributes[sc.FT_TIME_TO_FIRST_TOKEN] >= 0.25  # type: ignore[index,operator]
     assert not any(t.children(c) for c in calls)
+
+
+def test_tail_share_caps_the_waterfalls_when_most_calls_are_in_the_tail(sim: Simulator) -> None:
+    """Every call failing puts every call in the tail; ``tail_share`` bounds how many get phase spans:
+    the burst, then the share of the calls after it (credited one share per finished call)."""
+    t = Telemetry()
+    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, tail_share=0.1)
+    calls = 200
+    try:
+        client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+        for _ in range(calls):
+            with pytest.raises(openai.InternalServerError):
+                client.chat.completions.create(
+                    model="m", messages=MESSAGES, extra_headers={"x-firsttoken-sim-fault": "server_error;status=500"}
+                )
+    finally:
+        firsttoken.uninstrument()
+    spans = t.calls()
+    assert len(spans) == calls and all(sc.ERROR_TYPE in (c.attributes or {}) for c in spans)
+    with_waterfall = [c for c in spans if t.children(c)]
+    capped = [c for c in spans if (c.attributes or {}).get(sc.FT_WATERFALL_CAPPED) is True]
+    # The first BURST calls get theirs; after that one call in ten (the last share may land either way).
+    budget = tail.BURST + 0.1 * calls
+    assert int(budget) - 1 <= len(with_waterfall) <= int(budget), len(with_waterfall)
+    assert spans[: int(tail.BURST)] == with_waterfall[: int(tail.BURST)]
+    assert len(capped) == calls - len(with_waterfall) and not any(t.children(c) for c in capped)
+    for call in capped:  # where the time went stays on the span
+        assert sc.FT_PHASE_DURATION_PREFIX + sc.PHASE_SERVER_WAIT in (call.attributes or {})
+
+
+def test_tail_share_one_gives_every_call_in_the_tail_its_waterfall(sim: Simulator) -> None:
+    t = Telemetry()
+    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, tail_share=1)
+    try:
+        client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+        for _ in range(int(tail.BURST) + 20):
+            with pytest.raises(openai.InternalServerError):
+                client.chat.completions.create(
+                    model="m", messages=MESSAGES, extra_headers={"x-firsttoken-sim-fault": "server_error;status=500"}
+                )
+    finally:
+        firsttoken.uninstrument()
+    assert all(t.children(c) for c in t.calls()) and len(t.calls()) == int(tail.BURST) + 20

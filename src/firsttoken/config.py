@@ -22,6 +22,7 @@ ENV_WIRE_PHASES = "FIRSTTOKEN_WIRE_PHASES"
 ENV_PROVIDER_HOSTS = "FIRSTTOKEN_PROVIDER_HOSTS"
 ENV_CONTENT_MAX_LENGTH = "FIRSTTOKEN_CONTENT_MAX_LENGTH"
 ENV_METRIC_VALUE_LIMIT = "FIRSTTOKEN_METRIC_VALUE_LIMIT"
+ENV_TAIL_SHARE = "FIRSTTOKEN_TAIL_SHARE"
 ENV_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 ENV_OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 
@@ -60,6 +61,9 @@ class Settings:
     metric_value_limit: int = 100
     """Distinct values each unbounded metric attribute (model names, server address, upstream
     provider, traffic class, action and phase names) may take; later ones are recorded as ``_OTHER``."""
+    tail_share: float = 0.25
+    """With ``phase_spans="tail"``, the largest share of calls, over time, that get phase spans
+    (1 = every call in the tail); the rest of the tail keeps its phase durations as attributes."""
 
 
 _OPTIONS = {
@@ -70,6 +74,7 @@ _OPTIONS = {
     "content_max_length",
     "redact",
     "metric_value_limit",
+    "tail_share",
 }
 
 
@@ -115,6 +120,26 @@ def _int_option(
         raise ConfigError(f"{name}={value!r} must be an integer")
     if number < minimum:
         raise ConfigError(f"{where} {below}")
+    return number
+
+
+def _share_option(name: str, env_name: str, value: Any, environ: Mapping[str, str], default: float) -> float:
+    """The keyword option, else the variable, else ``default``: a number above 0 and at most 1."""
+    if value is None:
+        raw = _env(env_name, environ)
+        if raw is None:
+            return default
+        try:
+            number = float(raw)
+        except ValueError:
+            raise ConfigError(f"{env_name}={raw!r} is not a number: use a share above 0 and at most 1") from None
+        where = f"{env_name}={raw!r}"
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        number, where = float(value), f"{name}={value!r}"
+    else:
+        raise ConfigError(f"{name}={value!r} must be a number above 0 and at most 1")
+    if not 0.0 < number <= 1.0:
+        raise ConfigError(f"{where} is out of range: use a share above 0 and at most 1 (0.25 is a quarter)")
     return number
 
 
@@ -233,6 +258,7 @@ def load(
         content_max_length=max_len,
         redact=redact,
         metric_value_limit=value_limit,
+        tail_share=_share_option("tail_share", ENV_TAIL_SHARE, opts.get("tail_share"), env, Settings.tail_share),
     )
 
 

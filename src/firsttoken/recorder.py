@@ -143,6 +143,7 @@ class Recorder:
         self.tracer = tracer
         self.settings = settings
         self._slow = tail.SlowTail()
+        self._budget = tail.Budget(settings.tail_share)
         self._phase_keys: dict[str, str] = {}
         self._series_cache: dict[tuple[Any, ...], _Series] = {}
         self._bound = _Bounds(settings.metric_value_limit)
@@ -322,7 +323,15 @@ class Recorder:
             if span.is_recording():
                 self._annotate(span, tl, totals)
                 mode = self.settings.phase_spans
-                if mode == PHASE_SPANS_ALWAYS or (mode == PHASE_SPANS_TAIL and self.in_tail(tl, totals)):
+                if mode == PHASE_SPANS_TAIL:
+                    budget = self._budget
+                    budget.credit()
+                    if self.in_tail(tl, totals):
+                        if budget.take():
+                            self._phase_spans(span, tl, phases)
+                        else:
+                            span.set_attribute(sc.FT_WATERFALL_CAPPED, True)
+                elif mode == PHASE_SPANS_ALWAYS:
                     self._phase_spans(span, tl, phases)
             ctx = trace.set_span_in_context(span)  # metrics in the span's context: exemplars
             sums: list[tuple[SummedCounter, float, Key]] = []

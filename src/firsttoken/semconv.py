@@ -142,6 +142,8 @@ FT_RETRY_AFTER: Final = "firsttoken.retry_after"
 FT_ATTEMPTS: Final = "firsttoken.attempts"
 FT_PHASE: Final = "firsttoken.phase"
 FT_PHASE_DURATION_PREFIX: Final = "firsttoken.phase_duration."
+FT_WATERFALL_CAPPED: Final = "firsttoken.waterfall.capped"
+"""True on a call in the tail that got no phase spans because ``tail_share`` was used up."""
 """Call span attributes ``firsttoken.phase_duration.<phase>``: seconds the call spent in each phase,
 on every call (the phase child spans exist only for the tail, see ``phase_spans``)."""
 FT_COUNTED_INPUT_TOKENS: Final = "firsttoken.count_tokens.input_tokens"

@@ -36,6 +36,10 @@ OVER_LIMIT = 3
 A tenth of EVERY calls is 1.6 on average; 3 in a row of 16 means the kind drifted."""
 MAX_KINDS = 1024
 """Kinds tracked at once; past that (models named per call), tracking starts over."""
+SHARE = 0.25
+"""The default largest share of calls that get a waterfall (``tail_share``)."""
+BURST = 32.0
+"""Waterfalls that may be given in a row, beyond the share, after a quiet stretch."""
 
 # The latency targets of prometheus/rules/targets.yml, by traffic class ("" = calls without one, or
 # of a class not listed), as the Collector's tail-sampling policies use them (scripts/stack/sampling.py;
@@ -99,3 +103,34 @@ class SlowTail:
                 )
                 window.since = window.over = 0
         return slow
+
+
+class Budget:
+    """At most ``share`` of the calls, over time, get a waterfall, however many are in the tail.
+
+    Under overload (an app past its CPU ceiling, a provider slowing down) most calls are over their
+    targets, and phase spans for each would cost the app most when it can least afford it: building
+    them is more work than the call span, and they are alive until exported. Each finished call adds
+    ``share`` to a bucket holding at most BURST; a call in the tail takes one from it, or, when it
+    holds less than one, gets no phase spans (its phase durations stay on its span as attributes,
+    and the span says it was capped). Unlocked: two threads finishing calls at the same instant may
+    lose a fraction of a credit between them, which errs toward fewer waterfalls; it never raises.
+    """
+
+    __slots__ = ("share", "tokens")
+
+    def __init__(self, share: float) -> None:
+        self.share = share
+        self.tokens = BURST
+
+    def credit(self) -> None:
+        """One more finished call."""
+        tokens = self.tokens + self.share
+        self.tokens = tokens if tokens < BURST else BURST
+
+    def take(self) -> bool:
+        """Whether a call in the tail gets its waterfall (and takes a credit for it)."""
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
