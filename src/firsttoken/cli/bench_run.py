@@ -218,7 +218,7 @@ class Clients:
 
     async def close(self) -> None:
         for client in self.by_name.values():
-            if hasattr(client, "aio"):  # google-genai: the async client is client.aio (aclose() since 1.27)
+            if hasattr(client, "aio"):  # google-genai: the async client is client.aio (older ones have no aclose)
                 aclose = getattr(client.aio, "aclose", None)
                 if aclose is not None:
                     await aclose()
