@@ -5,6 +5,7 @@ call span carries is checked against the recorded bytes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,54 @@ def _recorded(cassette: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     else:
         events = [json.loads(body)]
     return json.loads(interaction["request"]["body"]), events
+
+
+def _metric_total(points: list[Any], provider: str, token_type: str | None = None) -> float:
+    """The sum of a metric's points of one provider (and token type): histogram sums or counter values."""
+    return sum(
+        pt.sum if hasattr(pt, "sum") else pt.value
+        for pt in points
+        if pt.attributes.get(sc.GEN_AI_PROVIDER_NAME) == provider
+        and (token_type is None or pt.attributes.get(sc.GEN_AI_TOKEN_TYPE) == token_type)
+    )
+
+
+def _metrics_agree_with_the_spans(telemetry: Telemetry) -> None:
+    """The metrics carry what the call spans carry, per provider: token counts (the conventions'
+    histogram and firsttoken's counters, cached and reasoning included) and a time-to-first-token
+    point per call with a first token."""
+    metrics = telemetry.metrics()
+    calls = [dict(c.attributes or {}) for c in telemetry.calls()]
+    for provider in {a[sc.GEN_AI_PROVIDER_NAME] for a in calls}:
+        mine = [a for a in calls if a[sc.GEN_AI_PROVIDER_NAME] == provider]
+        spans = {key: sum(int(a.get(key, 0)) for a in mine) for key in (
+            sc.GEN_AI_USAGE_INPUT_TOKENS, sc.GEN_AI_USAGE_OUTPUT_TOKENS,
+            sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+        )}  # fmt: skip
+        usage = metrics.get(sc.M_TOKEN_USAGE, [])
+        assert _metric_total(usage, provider, sc.TOKEN_TYPE_INPUT) == spans[sc.GEN_AI_USAGE_INPUT_TOKENS] > 0
+        assert _metric_total(usage, provider, sc.TOKEN_TYPE_OUTPUT) == spans[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
+        for metric, key in (
+            (sc.M_INPUT_TOKENS, sc.GEN_AI_USAGE_INPUT_TOKENS),
+            (sc.M_OUTPUT_TOKENS, sc.GEN_AI_USAGE_OUTPUT_TOKENS),
+            (sc.M_CACHE_READ_INPUT_TOKENS, sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS),
+            (sc.M_REASONING_OUTPUT_TOKENS, sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS),
+        ):
+            assert _metric_total(metrics.get(metric, []), provider) == spans[key], (provider, metric)
+        first_tokens = [a[sc.FT_TIME_TO_FIRST_TOKEN] for a in mine if sc.FT_TIME_TO_FIRST_TOKEN in a]
+        ttft = [
+            pt
+            for pt in metrics.get(sc.M_TIME_TO_FIRST_TOKEN, [])
+            if pt.attributes.get(sc.GEN_AI_PROVIDER_NAME) == provider
+        ]
+        assert sum(pt.count for pt in ttft) == len(first_tokens)
+        assert sum(pt.sum for pt in ttft) == pytest.approx(sum(first_tokens))
+
+
+@pytest.fixture(autouse=True)
+def _check_metrics(telemetry: Telemetry) -> Iterator[None]:
+    yield
+    _metrics_agree_with_the_spans(telemetry)
 
 
 def test_gemini_stream_with_thought_summaries(telemetry: Telemetry) -> None:
