@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -808,15 +809,17 @@ def main() -> None:
         print(tables([r for f in a.tables.split(",") for r in json.loads(Path(f).read_text())["rows"]]))
         return None
     if a.plot:
+        if importlib.util.find_spec("matplotlib") is None:
+            raise SystemExit("--plot needs matplotlib: pip install matplotlib")
         from scale_plot import plot
 
         return plot(*(Path(f) for f in a.plot.split(",")))
     path = drive(a)
-    try:
-        from scale_plot import plot
-    except ImportError:
-        print("figures: pip install matplotlib, then --plot", file=sys.stderr)
+    if importlib.util.find_spec("matplotlib") is None:
+        print(f"figures: pip install matplotlib, then --plot {path}", file=sys.stderr)
         return None
+    from scale_plot import plot
+
     plot(path)
     return None
 
