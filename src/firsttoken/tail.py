@@ -36,8 +36,6 @@ OVER_LIMIT = 3
 A tenth of EVERY calls is 1.6 on average; 3 in a row of 16 means the kind drifted."""
 MAX_KINDS = 1024
 """Kinds tracked at once; past that (models named per call), tracking starts over."""
-SHARE = 0.25
-"""The default largest share of calls that get a waterfall (``tail_share``)."""
 BURST = 32.0
 """Waterfalls that may be given in a row, beyond the share, after a quiet stretch."""
 
@@ -114,7 +112,7 @@ class Budget:
     ``share`` to a bucket holding at most BURST; a call in the tail takes one from it, or, when it
     holds less than one, gets no phase spans (its phase durations stay on its span as attributes,
     and the span says it was capped). Unlocked: two threads finishing calls at the same instant may
-    lose a fraction of a credit between them, which errs toward fewer waterfalls; it never raises.
+    miscount a credit between them, which the following calls even out; it never raises.
     """
 
     __slots__ = ("share", "tokens")
