@@ -70,6 +70,11 @@ def test_cohere_whole_and_streamed(telemetry: Telemetry, tsim: Simulator) -> Non
     assert second[sc.GEN_AI_RESPONSE_ID] == events[0].id
 
 
+# cohere 5.9-5.15's chat_stream generator raises "generator ignored GeneratorExit" again when it is
+# collected (its own finaliser, with firsttoken or without): only that unraisable exception is let pass.
+@pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <generator object V2Client.chat_stream:pytest.PytestUnraisableExceptionWarning"
+)
 def test_cohere_cache_reads_and_early_close(telemetry: Telemetry, tsim: Simulator) -> None:
     co = cohere.ClientV2(api_key="test-key", base_url=tsim.url)
     messages = [{"role": "system", "content": "You are careful. " * 400}, {"role": "user", "content": "Hi"}]
