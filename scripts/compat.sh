@@ -23,32 +23,24 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${FIRSTTOKEN_COMPAT_VENV:-.venv-compat}
 
-# The ">=" bound of an extra that names one SDK, e.g. openai = ["openai>=3.0,<4"] -> 3.0.
+# An SDK's ">=" bound, the first in pyproject.toml's extras: openai = ["openai>=3.0,<4"] -> 3.0, and
+# "cohere>=5.9" in the dev extra -> 5.9. The second argument names its FIRSTTOKEN_COMPAT_ variable.
 lower_bound() {
     local found
-    found=$(sed -n "s/^$1 = \[\"$1>=\([^,\"]*\).*/\1/p" pyproject.toml)
-    if [ -z "$found" ]; then
-        echo "compat: no '$1 = [\"$1>=...\"]' extra in pyproject.toml; set FIRSTTOKEN_COMPAT_${1^^}" >&2
-        return 1
-    fi
-    echo "$found"
-}
-OPENAI_VERSION=${FIRSTTOKEN_COMPAT_OPENAI:-$(lower_bound openai)}
-ANTHROPIC_VERSION=${FIRSTTOKEN_COMPAT_ANTHROPIC:-$(lower_bound anthropic)}
-# The SDKs measured on the wire, not patched: their lower bounds in the gemini and dev extras.
-dev_lower_bound() {
-    local found
-    found=$(sed -n "s/.*\"$1>=\([^\",]*\)\".*/\1/p" pyproject.toml | head -n 1)
+    found=$(sed -n "s/.*\"$1>=\([^\",]*\)[\",].*/\1/p" pyproject.toml | head -n 1)
     if [ -z "$found" ]; then
         echo "compat: no '\"$1>=...\"' in pyproject.toml's extras; set FIRSTTOKEN_COMPAT_$2" >&2
         return 1
     fi
     echo "$found"
 }
-GENAI_VERSION=${FIRSTTOKEN_COMPAT_GENAI:-$(dev_lower_bound google-genai GENAI)}
-COHERE_VERSION=${FIRSTTOKEN_COMPAT_COHERE:-$(dev_lower_bound cohere COHERE)}
-MISTRALAI_VERSION=${FIRSTTOKEN_COMPAT_MISTRALAI:-$(dev_lower_bound mistralai MISTRALAI)}
-GROQ_VERSION=${FIRSTTOKEN_COMPAT_GROQ:-$(dev_lower_bound groq GROQ)}
+OPENAI_VERSION=${FIRSTTOKEN_COMPAT_OPENAI:-$(lower_bound openai OPENAI)}
+ANTHROPIC_VERSION=${FIRSTTOKEN_COMPAT_ANTHROPIC:-$(lower_bound anthropic ANTHROPIC)}
+# The SDKs measured on the wire, not patched: their bounds in the gemini and dev extras.
+GENAI_VERSION=${FIRSTTOKEN_COMPAT_GENAI:-$(lower_bound google-genai GENAI)}
+COHERE_VERSION=${FIRSTTOKEN_COMPAT_COHERE:-$(lower_bound cohere COHERE)}
+MISTRALAI_VERSION=${FIRSTTOKEN_COMPAT_MISTRALAI:-$(lower_bound mistralai MISTRALAI)}
+GROQ_VERSION=${FIRSTTOKEN_COMPAT_GROQ:-$(lower_bound groq GROQ)}
 PINS=(
     "openai==$OPENAI_VERSION"
     "anthropic==$ANTHROPIC_VERSION"
