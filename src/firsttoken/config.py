@@ -101,46 +101,51 @@ def _bool_option(name: str, env_name: str, value: Any, environ: Mapping[str, str
     return default if raw is None else parse_bool(env_name, raw)
 
 
+def _number(
+    name: str, env_name: str, value: Any, environ: Mapping[str, str], kinds: tuple[type, ...],
+    not_env: str, not_value: str,
+) -> tuple[Any, str] | None:  # fmt: skip
+    """The keyword option, else the variable read with ``kinds[0]``, and where it came from (for
+    messages); None when neither is set. ``not_env`` / ``not_value`` end the message for a variable
+    that does not parse / a keyword value of another type."""
+    if value is None:
+        raw = _env(env_name, environ)
+        if raw is None:
+            return None
+        try:
+            return kinds[0](raw), f"{env_name}={raw!r}"
+        except ValueError:
+            raise ConfigError(f"{env_name}={raw!r} {not_env}") from None
+    if isinstance(value, kinds) and not isinstance(value, bool):
+        return kinds[0](value), f"{name}={value!r}"
+    raise ConfigError(f"{name}={value!r} {not_value}")
+
+
 def _int_option(
     name: str, env_name: str, value: Any, environ: Mapping[str, str], default: int, minimum: int, below: str
 ) -> int:
     """The keyword option, else the variable, else ``default``; at least ``minimum`` (else ``below`` says why)."""
-    if value is None:
-        raw = _env(env_name, environ)
-        if raw is None:
-            return default
-        try:
-            number = int(raw)
-        except ValueError:
-            raise ConfigError(f"{env_name}={raw!r} is not an integer") from None
-        where = f"{env_name}={raw!r}"
-    elif isinstance(value, int) and not isinstance(value, bool):
-        number, where = value, f"{name}={value!r}"
-    else:
-        raise ConfigError(f"{name}={value!r} must be an integer")
+    found = _number(name, env_name, value, environ, (int,), "is not an integer", "must be an integer")
+    if found is None:
+        return default
+    number, where = found
     if number < minimum:
         raise ConfigError(f"{where} {below}")
-    return number
+    return int(number)
 
 
 def _share_option(name: str, env_name: str, value: Any, environ: Mapping[str, str], default: float) -> float:
     """The keyword option, else the variable, else ``default``: a number above 0 and at most 1."""
-    if value is None:
-        raw = _env(env_name, environ)
-        if raw is None:
-            return default
-        try:
-            number = float(raw)
-        except ValueError:
-            raise ConfigError(f"{env_name}={raw!r} is not a number: use a share above 0 and at most 1") from None
-        where = f"{env_name}={raw!r}"
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        number, where = float(value), f"{name}={value!r}"
-    else:
-        raise ConfigError(f"{name}={value!r} must be a number above 0 and at most 1")
+    found = _number(
+        name, env_name, value, environ, (float, int),
+        "is not a number: use a share above 0 and at most 1", "must be a number above 0 and at most 1",
+    )  # fmt: skip
+    if found is None:
+        return default
+    number, where = found
     if not 0.0 < number <= 1.0:
         raise ConfigError(f"{where} is out of range: use a share above 0 and at most 1 (0.25 is a quarter)")
-    return number
+    return float(number)
 
 
 def _phase_spans(value: Any, environ: Mapping[str, str]) -> str:
