@@ -189,6 +189,16 @@ def test_a_traffic_class_with_targets_gets_waterfalls_over_them_only(tail_teleme
     assert not any(t.children(c) for c in calls)
 
 
+def _fail(sim: Simulator, calls: int) -> None:
+    """``calls`` calls that fail with a 500, each in the tail for failing."""
+    client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+    for _ in range(calls):
+        with pytest.raises(openai.InternalServerError):
+            client.chat.completions.create(
+                model="m", messages=MESSAGES, extra_headers={"x-firsttoken-sim-fault": "server_error;status=500"}
+            )
+
+
 def test_tail_share_caps_the_waterfalls_when_most_calls_are_in_the_tail(sim: Simulator) -> None:
     """Every call failing puts every call in the tail; ``tail_share`` bounds how many get phase spans:
     the burst, then the share of the calls after it (credited one share per finished call)."""
@@ -196,12 +206,7 @@ def test_tail_share_caps_the_waterfalls_when_most_calls_are_in_the_tail(sim: Sim
     assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, tail_share=0.1)
     calls = 200
     try:
-        client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
-        for _ in range(calls):
-            with pytest.raises(openai.InternalServerError):
-                client.chat.completions.create(
-                    model="m", messages=MESSAGES, extra_headers={"x-firsttoken-sim-fault": "server_error;status=500"}
-                )
+        _fail(sim, calls)
     finally:
         firsttoken.uninstrument()
     spans = t.calls()
@@ -221,12 +226,7 @@ def test_tail_share_one_gives_every_call_in_the_tail_its_waterfall(sim: Simulato
     t = Telemetry()
     assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, tail_share=1)
     try:
-        client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
-        for _ in range(int(tail.BURST) + 20):
-            with pytest.raises(openai.InternalServerError):
-                client.chat.completions.create(
-                    model="m", messages=MESSAGES, extra_headers={"x-firsttoken-sim-fault": "server_error;status=500"}
-                )
+        _fail(sim, int(tail.BURST) + 20)
     finally:
         firsttoken.uninstrument()
     assert all(t.children(c) for c in t.calls()) and len(t.calls()) == int(tail.BURST) + 20
