@@ -30,6 +30,16 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
     done
 fi
 
+# A Celery worker's exit is tested with a real broker (Debian's redis-server, run by the test on a free port).
+if ! command -v redis-server >/dev/null 2>&1; then
+    echo "==> installing Debian's redis-server (the broker for the Celery exit test)"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+    ($SUDO service redis-server stop || true) >/dev/null 2>&1
+fi
+
 # The bench HTML report is opened in headless Chromium (Debian's package).
 scripts/install_chromium.sh
 

@@ -31,9 +31,11 @@ __all__ = [
     "__version__",
     "action",
     "conversation",
+    "flush",
     "instrument",
     "is_instrumented",
     "phase",
+    "shutdown",
     "traffic_class",
     "uninstrument",
 ]
@@ -76,6 +78,30 @@ def uninstrument() -> None:
     if instrumentor is not None and instrumentor.FirstTokenInstrumentor().is_instrumented_by_opentelemetry:
         instrumentor.FirstTokenInstrumentor().uninstrument()
     _install.uninstall()
+
+
+def flush(timeout: float | None = None) -> bool:
+    """Hand over everything recorded so far, waiting at most ``timeout`` seconds (default:
+    ``FIRSTTOKEN_SHUTDOWN_TIMEOUT``, 2 s): the calls whose streams were dropped are recorded, then the
+    providers firsttoken records into (its own or the app's) flush their spans and make a final metric
+    collection and export. Returns whether everything was handed over in time.
+
+    Call it where a process may be frozen or killed without exiting: at the end of a serverless handler,
+    in a worker's exit hook (docs/deploy.md). Never raises.
+    """
+    return _install.flush(timeout)
+
+
+def shutdown(timeout: float | None = None) -> bool:
+    """Flush (as :func:`flush`), stop measuring (as :func:`uninstrument`) and, when firsttoken set up
+    export itself, shut its providers down. Providers the app passed or set stay the app's to shut down.
+    Returns whether everything was handed over in time. Never raises.
+
+    Not needed for exits firsttoken sees (normal exit, SIGTERM/SIGINT, worker pools): see docs/deploy.md.
+    """
+    done = _install.flush(timeout)
+    uninstrument()
+    return _install.close_own(timeout) and done
 
 
 def is_instrumented() -> bool:

@@ -35,8 +35,18 @@ _lock = threading.RLock()
 class Installation:
     """What one ``install()`` set up: its recorder, the hooks it registered and the patches they made."""
 
-    def __init__(self, recorder: Recorder, provider_of: ProviderResolver, patches: Patches) -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        provider_of: ProviderResolver,
+        patches: Patches,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
         self.recorder = recorder
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        """The providers passed to ``instrument()``, or firsttoken's own; None: the global one."""
         self.provider_of = provider_of
         self.patches = patches
         self.hooks: list[_Hook] = []
@@ -183,7 +193,7 @@ def _setup(
 ) -> Installation | None:
     from opentelemetry import metrics, trace
 
-    from . import _otlp, config, semconv, streams
+    from . import _exit, _otlp, config, semconv, streams
     from ._patch import Patches
     from ._version import __version__
     from .providers._common import provider_resolver
@@ -194,7 +204,9 @@ def _setup(
         return None
     settings = config.load(capture_content=capture_content, options=options)
     if tracer_provider is None and meter_provider is None and _otlp.globals_unset():
-        tracer_provider, meter_provider = _otlp.setup()
+        export = _otlp.setup()
+        tracer_provider, meter_provider = export.tracer_provider, export.meter_provider
+    _exit.arm(_otlp.own_export())  # every way the process ends saves what is in memory
     tracer = trace.get_tracer(
         semconv.SCOPE_NAME, __version__, tracer_provider=tracer_provider, schema_url=semconv.SCHEMA_URL
     )
@@ -203,7 +215,9 @@ def _setup(
     )
     recorder = Recorder(tracer, meter, settings)
     streams.start_worker()
-    return Installation(recorder, provider_resolver(settings.provider_hosts), Patches())
+    return Installation(
+        recorder, provider_resolver(settings.provider_hosts), Patches(), tracer_provider, meter_provider
+    )
 
 
 def uninstall() -> None:
@@ -213,3 +227,51 @@ def uninstall() -> None:
         current, _current = _current, None
         if current is not None:
             current.undo()
+
+
+# -- flush / shutdown -------------------------------------------------------------------------------
+
+
+def _timeout(timeout: float | None) -> float:
+    from . import _otlp
+
+    if timeout is not None:
+        return timeout
+    own = _otlp.own_export()
+    return own.shutdown_timeout_s if own is not None else _otlp.SHUTDOWN_TIMEOUT_MS / 1000
+
+
+def flush(timeout: float | None = None) -> bool:
+    """Hand over everything recorded so far: see ``firsttoken.flush``."""
+    from opentelemetry import metrics, trace
+
+    from . import _exit, _otlp
+
+    try:
+        current = _current
+        own = _otlp.own_export()
+        tracer_provider: Any = current.tracer_provider if current is not None else None
+        meter_provider: Any = current.meter_provider if current is not None else None
+        if current is None and own is not None:
+            tracer_provider, meter_provider = own.tracer_provider, own.meter_provider
+        elif current is not None:
+            tracer_provider = tracer_provider or trace.get_tracer_provider()
+            meter_provider = meter_provider or metrics.get_meter_provider()
+        return _exit.flush(_timeout(timeout), tracer_provider, meter_provider)
+    except Exception:
+        log.debug("firsttoken: flush failed", exc_info=True)
+        return False
+
+
+def close_own(timeout: float | None = None) -> bool:
+    """Shut firsttoken's own providers down (after a flush), and give the app its signal handlers back."""
+    from . import _exit, _otlp
+
+    try:
+        own = _otlp.own_export()
+        done = own.close(_timeout(timeout)) if own is not None else True
+        _exit.disarm()
+        return done
+    except Exception:
+        log.debug("firsttoken: shutdown failed", exc_info=True)
+        return False

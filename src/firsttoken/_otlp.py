@@ -25,12 +25,11 @@ import re
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import TracerProvider
 
 from .config import ConfigError
 
@@ -154,18 +153,109 @@ class ExportTally:
             self._on_success.append(callback)
 
 
+RETRY_SPANS = 8192
+"""Spans held for another try while the collector does not take them (the oldest are dropped first)."""
+RETRY_ATTEMPTS = 5
+"""A held batch is dropped after this many failed exports (one that can never be taken is not held forever)."""
+
+
+class Held:
+    """Span batches the collector did not take, held for the next export: a collector restarting (a deploy,
+    a crash) is back within seconds, and what the app sent meanwhile then still arrives.
+
+    Bounded in spans (``RETRY_SPANS``, oldest dropped first) and in tries (``RETRY_ATTEMPTS``); what is
+    dropped, and what is still held when the exporter shuts down, is counted as failed in the tally.
+    Metrics need no such buffer: their points are cumulative, so the next export carries what a failed one
+    did not (with ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta`` a failed export's points are lost).
+    """
+
+    def __init__(self, tally: ExportTally, max_spans: int = RETRY_SPANS, attempts: int = RETRY_ATTEMPTS) -> None:
+        self.tally = tally
+        self.max_spans = max_spans
+        self.attempts = attempts
+        self._lock = threading.Lock()
+        self._batches: deque[tuple[Sequence[Any], int]] = deque()
+        self.spans = 0
+        self.dropped = 0
+
+    def hold(self, batch: Sequence[Any], tries: int) -> None:
+        if tries >= self.attempts:
+            self._drop(len(batch))
+            return
+        with self._lock:
+            self._batches.append((batch, tries))
+            self.spans += len(batch)
+            dropped = 0
+            while self.spans > self.max_spans and self._batches:
+                oldest, _ = self._batches.popleft()
+                self.spans -= len(oldest)
+                dropped += len(oldest)
+        if dropped:
+            self._drop(dropped)
+
+    def take(self) -> list[tuple[Sequence[Any], int]]:
+        with self._lock:
+            batches = list(self._batches)
+            self._batches.clear()
+            self.spans = 0
+        return batches
+
+    def give_up(self) -> None:
+        """At shutdown: what is still held is lost."""
+        for batch, _ in self.take():
+            self._drop(len(batch))
+
+    def _drop(self, count: int) -> None:
+        with self._lock:
+            self.dropped += count
+        self.tally.record("spans", count, False)
+
+
 def _counted(base: type[Any], signal: str, tally: ExportTally) -> type[Any]:
-    """A subclass of an SDK exporter class whose ``export`` also counts the outcome in ``tally``."""
+    """A subclass of an SDK exporter class whose ``export`` also counts the outcome in ``tally``; for
+    spans, a batch the collector did not take is held (:class:`Held`) and sent again, oldest first,
+    before the next one."""
 
     class Counted(base):  # type: ignore[misc]
+        held = Held(tally) if signal == "spans" else None
+
         def export(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.held is None:
+                result = super().export(batch, *args, **kwargs)
+                tally.record(signal, 1, _succeeded(result))
+                return result
+            waiting = self.held.take()
+            for index, (old, tries) in enumerate(waiting):
+                result = super().export(old, *args, **kwargs)
+                if _succeeded(result):
+                    tally.record(signal, len(old), True)
+                    continue
+                # Still not taken: hold this one, the rest and the new batch, without trying the new one.
+                self.held.hold(old, tries + 1)
+                for rest, rest_tries in waiting[index + 1 :]:
+                    self.held.hold(rest, rest_tries)
+                self.held.hold(batch, 0)
+                return result
             result = super().export(batch, *args, **kwargs)
-            count = len(batch) if signal == "spans" else 1
-            tally.record(signal, count, getattr(result, "name", "") == "SUCCESS")
+            if _succeeded(result):
+                tally.record(signal, len(batch), True)
+            else:
+                self.held.hold(batch, 1)
             return result
+
+        def shutdown(self, *args: Any, **kwargs: Any) -> Any:
+            if self.held is not None:
+                for old, _ in self.held.take():  # one last try each (the exit's own bound applies)
+                    ok = _succeeded(super().export(old))
+                    tally.record(signal, len(old), ok)
+            return super().shutdown(*args, **kwargs)
 
     Counted.__name__ = Counted.__qualname__ = base.__name__
     return Counted
+
+
+def _succeeded(result: Any) -> bool:
+    return getattr(result, "name", "") == "SUCCESS"
 
 
 # -- one line when the collector does not answer ----------------------------------------------------
@@ -342,6 +432,20 @@ class Export:
         self._lock = threading.Lock()
         self._closed: bool | None = None
 
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Force-flush both providers (spans, and a final metric collection and export), concurrently,
+        within ``timeout_s`` (default: ``FIRSTTOKEN_SHUTDOWN_TIMEOUT``). True when both finished in time
+        and said they succeeded. May be called any number of times."""
+        budget = self.shutdown_timeout_s if timeout_s is None else timeout_s
+        millis = max(int(budget * 1000), 1)
+        return run_bounded(
+            [
+                lambda: self.tracer_provider.force_flush(timeout_millis=millis),
+                lambda: self.meter_provider.force_flush(timeout_millis=millis),
+            ],
+            budget,
+        )
+
     def close(self, timeout_s: float | None = None, *, shutdown: bool = True) -> bool:
         """Flush and shut both providers down, concurrently, giving up after ``timeout_s``
         (default: ``FIRSTTOKEN_SHUTDOWN_TIMEOUT``). True when both finished in time. Idempotent.
@@ -354,28 +458,17 @@ class Export:
                 return self._closed
             self._closed = False
         budget = self.shutdown_timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + budget
         millis = max(int(budget * 1000), 1)
-        jobs: list[Callable[[], object]] = (
-            [self.tracer_provider.shutdown, lambda: self.meter_provider.shutdown(timeout_millis=millis)]
-            if shutdown
-            else [
-                lambda: self.tracer_provider.force_flush(timeout_millis=millis),
-                lambda: self.meter_provider.force_flush(timeout_millis=millis),
-            ]
-        )
-        threads = [threading.Thread(target=_quietly(job), name="firsttoken-shutdown", daemon=True) for job in jobs]
-        try:
-            for thread in threads:
-                thread.start()
-        except RuntimeError:  # no new threads this late in the interpreter's shutdown: do it inline
-            for job in jobs:
-                _quietly(job)()
-            self._closed = True
-            return True
-        for thread in threads:
-            thread.join(max(deadline - time.monotonic(), 0.0))
-        done = not any(thread.is_alive() for thread in threads)
+        if shutdown:
+            done = run_bounded(
+                [
+                    lambda: self.tracer_provider.shutdown() or True,
+                    lambda: self.meter_provider.shutdown(timeout_millis=millis) or True,
+                ],
+                budget,
+            )
+        else:
+            done = self.flush(budget)
         if not done:
             log.debug("firsttoken: the flush at exit gave up after %.1f s", budget)
             if self.quiet is not None:
@@ -384,14 +477,35 @@ class Export:
         return done
 
 
-def _quietly(job: Callable[[], object]) -> Callable[[], None]:
-    def run() -> None:
-        try:
-            job()
-        except Exception:
-            log.debug("firsttoken: shutting an OpenTelemetry provider down failed", exc_info=True)
+def run_bounded(jobs: Sequence[Callable[[], object]], timeout_s: float) -> bool:
+    """Run ``jobs`` concurrently, each in a daemon thread, waiting at most ``timeout_s`` in all. True when
+    every job finished in time and returned something true; a job that raised is logged at debug level.
+    Inline, one after the other, where no thread can be started (late in the interpreter's shutdown)."""
+    results: list[bool] = []
 
-    return run
+    def quietly(job: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                results.append(bool(job()))
+            except Exception:
+                log.debug("firsttoken: flushing or shutting an OpenTelemetry provider down failed", exc_info=True)
+                results.append(False)
+
+        return run
+
+    deadline = time.monotonic() + timeout_s
+    threads = [threading.Thread(target=quietly(job), name="firsttoken-flush", daemon=True) for job in jobs]
+    started = 0
+    try:
+        for thread in threads:
+            thread.start()
+            started += 1
+    except RuntimeError:  # no new threads this late in the interpreter's shutdown: the rest inline
+        for job in jobs[started:]:
+            quietly(job)()
+    for thread in threads[:started]:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+    return not any(thread.is_alive() for thread in threads) and len(results) == len(jobs) and all(results)
 
 
 _instance: tuple[int, str] | None = None
@@ -498,20 +612,25 @@ def providers(
     return export
 
 
-_own_global: Any = None
+_own: Export | None = None
+
+
+def own_export() -> Export | None:
+    """The export firsttoken set up as the process's global providers, if it did."""
+    return _own
 
 
 def is_own_global(tracer_provider: object) -> bool:
     """Whether ``tracer_provider`` is the global one firsttoken's own set-up installed (so the app,
     uninstrumented, would have had no global provider at all)."""
-    return _own_global is not None and tracer_provider is _own_global
+    return _own is not None and tracer_provider is _own.tracer_provider
 
 
-def setup(environ: Mapping[str, str] | None = None) -> tuple[TracerProvider, MeterProvider]:
+def setup(environ: Mapping[str, str] | None = None) -> Export:
     """Global SDK providers from the environment (see the module's docstring)."""
-    global _own_global
+    global _own
     export = providers(environ)
-    _own_global = export.tracer_provider
+    _own = export
     trace.set_tracer_provider(export.tracer_provider)
     metrics.set_meter_provider(export.meter_provider)
-    return export.tracer_provider, export.meter_provider
+    return export

@@ -167,10 +167,14 @@ def watch(obj: object, tl: Timeline) -> None:
     _watching[id(ref)] = ref
 
 
-def _at_exit() -> None:
-    """At exit, the calls whose objects are still alive and unfinished are abandoned there."""
+def abandon_live() -> None:
+    """The process is ending: the calls whose objects are still alive and unfinished are abandoned now."""
     for ref in list(_watching.values()):
         abandon(ref.tl)
+
+
+def _at_exit() -> None:
+    abandon_live()
     flush_abandoned()
 
 
@@ -199,8 +203,9 @@ def start_worker() -> None:
             _worker.start()
 
 
-def flush_abandoned(timeout: float = 2.0) -> None:
-    """Record every abandoned call queued so far before returning (tests, shutdown).
+def flush_abandoned(timeout: float = 2.0) -> bool:
+    """Record every abandoned call queued so far before returning (tests, flush, exit); True when the
+    worker did within ``timeout`` seconds, or when none was queued.
 
     With the worker running, wait (at most ``timeout`` seconds) until it has recorded all of them,
     including one it had already taken off the queue; without it, record them in this thread.
@@ -210,12 +215,15 @@ def flush_abandoned(timeout: float = 2.0) -> None:
         done = threading.Event()
         _abandoned.put(done)
         if done.wait(timeout):
-            return
+            return True
+    recorded = True
     while True:
         try:
             item = _abandoned.get_nowait()
         except queue.Empty:
-            return
+            return recorded
+        if worker is not None and worker.is_alive():
+            recorded = False  # the worker is stuck on one: record the rest here, but say it
         _finish_abandoned(item)
 
 
