@@ -1,7 +1,7 @@
 """A counting OTLP/HTTP receiver for tests that run apps as processes of their own: what arrived, decoded.
 
 Call spans are counted by span id (a span sent twice would show); metric points are cumulative, so the
-last point of each series (resource instance × attributes) is what a backend keeps, and their sum over
+last point of each series (resource instance and attributes) is what a backend keeps, and their sum over
 the processes is what the dashboards add up.
 """
 

@@ -405,8 +405,10 @@ def test_celery_prefork_worker(sim: Simulator, tmp_path: Path, redis_url: str) -
     def run(env: dict[str, str]) -> Outcome:
         env = env | {"BROKER_URL": redis_url}
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--pool", "prefork", "-c", "2"]
-            + ["--loglevel", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            [
+                *(sys.executable, "-m", "celery", "-A", "tasks", "worker", "--pool", "prefork", "-c", "2"),
+                *("--loglevel", "warning", "--without-gossip", "--without-mingle", "--without-heartbeat"),
+            ],
             cwd=tmp_path,
             env=env,
             stdout=subprocess.PIPE,
