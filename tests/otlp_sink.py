@@ -34,6 +34,7 @@ class OtlpSink:
     def __init__(self, port: int = 0) -> None:
         self._lock = threading.Lock()
         self.call_span_ids: list[bytes] = []
+        self.end_reasons: list[str] = []
         self.instances: set[str] = set()
         self.last: dict[tuple[str, str, tuple[tuple[str, Any], ...]], float] = {}
         """(metric, service.instance.id, attributes) -> the last cumulative value (count or sum)."""
@@ -84,8 +85,10 @@ class OtlpSink:
             for resource_spans in request.resource_spans:
                 for scope_spans in resource_spans.scope_spans:
                     for span in scope_spans.spans:
-                        if any(kv.key == sc.GEN_AI_OPERATION_NAME for kv in span.attributes):
+                        attributes = _attrs(span.attributes)
+                        if sc.GEN_AI_OPERATION_NAME in attributes:
                             self.call_span_ids.append(span.span_id)
+                            self.end_reasons.append(str(attributes.get(sc.FT_END_REASON)))
 
     def _metrics(self, body: bytes) -> None:
         request = ExportMetricsServiceRequest()

@@ -1,0 +1,298 @@
+"""flush(), shutdown() and the exit paths, on real processes, real signals and a real OTLP receiver.
+
+Each app sets up nothing but ``firsttoken.instrument()`` (firsttoken's own export, from ``OTEL_*``), with
+a batch delay and a metric interval of a minute: what reaches the sink was flushed by firsttoken.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import firsttoken
+from firsttoken import semconv as sc
+from firsttoken.sim import LatencyModel, Simulator
+
+from .conftest import Telemetry
+from .otlp_sink import OtlpSink
+from .servers import free_port
+
+OUTPUT_TOKENS = 5
+
+PRELUDE = """
+import os, signal, sys, time
+import openai
+import firsttoken
+firsttoken.instrument()
+client = openai.OpenAI(base_url=os.environ["SIM_URL"], api_key="sk-exit", max_retries=0)
+
+
+def call():
+    for _ in client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
+                                             stream=True, stream_options={"include_usage": True}):
+        pass
+"""
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    latency = LatencyModel(queue_ms=2, decode_tokens_per_s=2000, jitter=0, output_tokens=OUTPUT_TOKENS)
+    with Simulator(latency=latency) as simulator:
+        yield simulator
+
+
+def _env(sim: Simulator, endpoint: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))}
+    return env | {
+        "SIM_URL": sim.openai_base_url,
+        "OTEL_SERVICE_NAME": "exit-test",
+        "OTEL_BSP_SCHEDULE_DELAY": "60000",
+        "OTEL_METRIC_EXPORT_INTERVAL": "60000",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        **extra,
+    }
+
+
+def _start(tmp_path: Path, body: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    script = tmp_path / "app.py"
+    script.write_text(textwrap.dedent(PRELUDE) + textwrap.dedent(body))
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_line(process: subprocess.Popen[str], marker: str) -> str:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(marker):
+            return line
+    process.wait(10)
+    pytest.fail(f"no {marker!r} line; exit {process.returncode}: {process.stderr.read() if process.stderr else ''}")
+
+
+def _finish(process: subprocess.Popen[str], timeout: float = 30) -> tuple[int, str]:
+    _, err = process.communicate(timeout=timeout)
+    return process.returncode, err
+
+
+def test_sigterm_with_the_default_action_flushes_then_ends_by_sigterm(sim: Simulator, tmp_path: Path) -> None:
+    with OtlpSink() as sink:
+        process = _start(
+            tmp_path,
+            "for _ in range(5):\n    call()\nprint('READY', flush=True)\ntime.sleep(60)\n",
+            _env(sim, sink.endpoint),
+        )
+        _wait_line(process, "READY")
+        process.send_signal(signal.SIGTERM)
+        code, err = _finish(process)
+        assert code == -signal.SIGTERM, err  # the parent sees the same signal as without firsttoken
+        assert sink.call_spans == 5
+        assert sink.total(sc.M_OPERATION_DURATION) == 5
+        assert sink.total(sc.M_OUTPUT_TOKENS) == 5 * OUTPUT_TOKENS
+
+
+def test_the_apps_own_handler_keeps_working_and_sees_itself(sim: Simulator, tmp_path: Path) -> None:
+    body = """
+    def on_term(signum, frame):
+        print("APP HANDLER", signum, flush=True)
+        sys.exit(3)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    assert previous is signal.SIG_DFL, previous
+    assert signal.getsignal(signal.SIGTERM) is on_term
+    for _ in range(3):
+        call()
+    print("READY", flush=True)
+    time.sleep(60)
+    """
+    with OtlpSink() as sink:
+        process = _start(tmp_path, body, _env(sim, sink.endpoint))
+        _wait_line(process, "READY")
+        process.send_signal(signal.SIGTERM)
+        line = _wait_line(process, "APP HANDLER")
+        code, err = _finish(process)
+        assert line.split()[-1] == str(int(signal.SIGTERM))
+        assert code == 3, err  # the app's exit status, then atexit flushed
+        assert sink.call_spans == 3
+        assert sink.total(sc.M_OPERATION_DURATION) == 3
+
+
+def test_sigint_still_raises_keyboard_interrupt(sim: Simulator, tmp_path: Path) -> None:
+    body = """
+    call()
+    try:
+        print("READY", flush=True)
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("INTERRUPTED", flush=True)
+        raise
+    """
+    with OtlpSink() as sink:
+        process = _start(tmp_path, body, _env(sim, sink.endpoint))
+        _wait_line(process, "READY")
+        process.send_signal(signal.SIGINT)
+        _wait_line(process, "INTERRUPTED")
+        code, err = _finish(process)
+        # Python ends a process that a KeyboardInterrupt left by SIGINT itself (since 3.8), with or without us.
+        assert code == -signal.SIGINT and "KeyboardInterrupt" in err
+        assert sink.call_spans == 1
+
+
+class _Silent:
+    """Accepts connections and never answers: an export blocks until its timeout."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+
+    def close(self) -> None:
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+def test_a_second_signal_during_the_flush_ends_the_process_at_once(sim: Simulator, tmp_path: Path) -> None:
+    silent = _Silent()
+    try:
+        env = _env(
+            sim,
+            f"http://127.0.0.1:{silent.port}",
+            FIRSTTOKEN_SHUTDOWN_TIMEOUT="60000",  # the flush alone would wait a minute
+            OTEL_EXPORTER_OTLP_TIMEOUT="60",
+        )
+        process = _start(tmp_path, "call()\nprint('READY', flush=True)\ntime.sleep(120)\n", env)
+        _wait_line(process, "READY")
+        process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while not silent.held and time.monotonic() < deadline:  # the flush is under way: blocked on the export
+            time.sleep(0.05)
+        assert silent.held, "the exit flush never reached the collector"
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        code, err = _finish(process)
+        # A minute of flush left, and the second signal ended the process: well under it, even on a busy machine.
+        assert time.monotonic() - sent < 20
+        assert code == -signal.SIGTERM, err
+    finally:
+        silent.close()
+
+
+def test_abandoned_streams_are_recorded_before_the_export_shuts_down(sim: Simulator, tmp_path: Path) -> None:
+    body = """
+    kept = client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
+                                          stream=True, stream_options={"include_usage": True})
+    next(iter(kept))
+    print("READY", flush=True)
+    """
+    with OtlpSink() as sink:
+        process = _start(tmp_path, body, _env(sim, sink.endpoint))
+        code, err = _finish(process)
+        assert code == 0, err
+        assert sink.call_spans == 1
+        assert sink.end_reasons == [sc.END_ABANDONED]
+
+
+def test_flush_hands_over_before_the_next_invocation(sim: Simulator, tmp_path: Path) -> None:
+    """Serverless: the process is frozen after each invocation, so the handler ends with flush()."""
+    body = """
+    def handler(n):
+        for _ in range(n):
+            call()
+        return firsttoken.flush()
+
+    for n in (2, 3):
+        print("FLUSHED", handler(n), flush=True)
+        sys.stdin.readline()  # frozen until the next invocation
+    """
+    with OtlpSink() as sink:
+        process = _start(tmp_path, body, _env(sim, sink.endpoint))
+        assert process.stdin is not None
+        assert _wait_line(process, "FLUSHED").split()[-1] == "True"
+        assert (sink.call_spans, sink.total(sc.M_OPERATION_DURATION)) == (2, 2)
+        process.stdin.write("\n")
+        process.stdin.flush()
+        assert _wait_line(process, "FLUSHED").split()[-1] == "True"
+        assert (sink.call_spans, sink.total(sc.M_OPERATION_DURATION)) == (5, 5)
+        process.stdin.write("\n")
+        process.stdin.flush()
+        code, err = _finish(process)
+        assert code == 0, err
+        assert sink.call_spans == 5  # nothing sent twice at exit
+
+
+def test_a_collector_restart_loses_no_span(sim: Simulator, tmp_path: Path) -> None:
+    """The collector goes away for two seconds and comes back on the same port while the app calls on."""
+    port = free_port()
+    body = """
+    for i in range(60):
+        call()
+        time.sleep(0.1)
+    print("DONE", flush=True)
+    """
+    env = _env(sim, f"http://127.0.0.1:{port}", OTEL_BSP_SCHEDULE_DELAY="200", OTEL_EXPORTER_OTLP_TIMEOUT="1")
+    first = OtlpSink(port).__enter__()
+    process = _start(tmp_path, body, env)
+    try:
+        deadline = time.monotonic() + 60
+        while first.call_spans < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first.close()  # refused from now on
+        time.sleep(2.0)
+        with OtlpSink(port) as second:
+            code, err = _finish(process, timeout=120)
+            assert code == 0, err
+            assert second.call_spans > 0
+            assert first.call_spans + second.call_spans == 60, (first.call_spans, second.call_spans)
+            assert len(set(first.call_span_ids) | set(second.call_span_ids)) == 60
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_flush_goes_through_the_apps_own_providers(sim: Simulator, telemetry: Telemetry) -> None:
+    """Providers the app passed: firsttoken flushes them and leaves their lifecycle and signals alone."""
+    import openai
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    batched = InMemorySpanExporter()
+    processor = BatchSpanProcessor(batched, schedule_delay_millis=60_000)
+    telemetry.tracer_provider.add_span_processor(processor)
+    client = openai.OpenAI(base_url=sim.openai_base_url, api_key="sk-exit", max_retries=0)
+    for _ in client.chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    ):
+        pass
+    assert not [s for s in batched.get_finished_spans() if s.name.startswith("chat")]
+    assert firsttoken.flush(timeout=10) is True
+    assert [s.name for s in batched.get_finished_spans() if s.name.startswith("chat")] == ["chat gpt-4o-mini"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    processor.shutdown()
