@@ -296,3 +296,20 @@ def test_flush_goes_through_the_apps_own_providers(sim: Simulator, telemetry: Te
     assert [s.name for s in batched.get_finished_spans() if s.name.startswith("chat")] == ["chat gpt-4o-mini"]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     processor.shutdown()
+
+
+def test_the_held_spans_are_bounded_oldest_dropped_first_and_counted() -> None:
+    from firsttoken import _otlp
+
+    tally = _otlp.ExportTally()
+    held = _otlp.Held(tally, max_spans=5, attempts=3)
+    held.hold(["a1", "a2"], 1)
+    held.hold(["b1", "b2"], 1)
+    held.hold(["c1", "c2"], 1)  # 6 > 5: the oldest batch goes
+    assert [batch for batch, _ in held.take()] == [["b1", "b2"], ["c1", "c2"]]
+    assert held.dropped == 2 and tally.failed["spans"] == 2
+    held.hold(["d"], 3)  # its third failed try: not held again
+    assert held.take() == [] and tally.failed["spans"] == 3
+    held.hold(["e"], 1)
+    held.give_up()
+    assert held.take() == [] and tally.failed["spans"] == 4 and tally.exported["spans"] == 0

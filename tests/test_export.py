@@ -345,8 +345,8 @@ def test_unreachable_messages_become_one_line(caplog: pytest.LogCaptureFixture) 
         assert all(quiet.filter(r) for r in kept), "other exporter errors are not hidden"
     said = [r.getMessage() for r in caplog.records if r.name == "firsttoken"]
     assert said == [
-        "firsttoken: the OTLP collector at http://collector:4318 does not answer (connection refused); spans and "
-        "metrics are dropped until it does (said once per outage)"
+        "firsttoken: the OTLP collector at http://collector:4318 does not answer (connection refused); spans are "
+        "held for another try (up to 8192) until it does (said once per outage)"
     ]
     assert quiet.held_back == 11
     # After an export succeeds, the next outage is said again.

@@ -331,7 +331,7 @@ class UnreachableFilter(logging.Filter):
         reason = _unreachable(record)
         if reason is None:
             return True
-        self.report(f"does not answer ({reason}); spans and metrics are dropped until it does")
+        self.report(f"does not answer ({reason}); spans are held for another try (up to {RETRY_SPANS}) until it does")
         return False
 
     def report(self, what: str) -> bool:
