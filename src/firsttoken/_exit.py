@@ -259,26 +259,34 @@ _arm_lock = threading.Lock()
 
 def arm(export: Export | None) -> None:
     """Make every exit path run the exit routine; ``export`` None (the app's own providers) records the
-    abandoned calls only and leaves signals alone. Once per process: later calls do nothing."""
+    abandoned calls only and leaves signals alone. Once per process; a later call with firsttoken's own
+    export (after one with the app's providers) adds it, and the signals."""
     global _armed
     with _arm_lock:
         if _armed is not None:
+            routine = _armed[0]
+            if export is None or routine.export is not None:
+                return
+            routine.export = export
+            _armed = (routine, _signals(routine))
             return
         routine = ExitRoutine(export)
-        chain = None
-        if export is not None:
-            chain = SignalChain(routine)
-            try:
-                chain.install()
-            except (ValueError, OSError, RuntimeError):
-                log.debug("firsttoken: signal handlers could not be installed", exc_info=True)
-        _armed = (routine, chain)
+        _armed = (routine, _signals(routine) if export is not None else None)
     atexit.register(routine)
     workers = _WorkerExit(routine)
     _keep.append(workers)  # register_after_fork holds it weakly
     for name in ("multiprocessing.util", "billiard.util"):
         _imports.when_imported(name, workers.watch)
     _imports.when_imported("billiard.pool", _billiard_pool(routine))
+
+
+def _signals(routine: ExitRoutine) -> SignalChain:
+    chain = SignalChain(routine)
+    try:
+        chain.install()
+    except (ValueError, OSError, RuntimeError):
+        log.debug("firsttoken: signal handlers could not be installed", exc_info=True)
+    return chain
 
 
 _keep: list[_WorkerExit] = []
