@@ -302,14 +302,17 @@ def test_the_held_spans_are_bounded_oldest_dropped_first_and_counted() -> None:
     from firsttoken import _otlp
 
     tally = _otlp.ExportTally()
-    held = _otlp.Held(tally, max_spans=5, attempts=3)
-    held.hold(["a1", "a2"], 1)
-    held.hold(["b1", "b2"], 1)
-    held.hold(["c1", "c2"], 1)  # 6 > 5: the oldest batch goes
+    held = _otlp.Held(tally, max_spans=5, window_s=30)
+    held.hold(["a1", "a2"])
+    held.hold(["b1", "b2"])
+    held.hold(["c1", "c2"])  # 6 > 5: the oldest batch goes
     assert [batch for batch, _ in held.take()] == [["b1", "b2"], ["c1", "c2"]]
     assert held.dropped == 2 and tally.failed["spans"] == 2
-    held.hold(["d"], 3)  # its third failed try: not held again
+    held.hold(["d"], time.monotonic() - 31)  # refused first over the window ago: not held again
     assert held.take() == [] and tally.failed["spans"] == 3
-    held.hold(["e"], 1)
+    held.hold(["e"], time.monotonic() - 29)
+    assert [batch for batch, _ in held.take()] == [["e"]]
+    held.hold(["e"], time.monotonic() - 31)
+    held.hold(["f"])
     held.give_up()
-    assert held.take() == [] and tally.failed["spans"] == 4 and tally.exported["spans"] == 0
+    assert held.take() == [] and tally.failed["spans"] == 5 and tally.exported["spans"] == 0

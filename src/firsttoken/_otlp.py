@@ -155,35 +155,41 @@ class ExportTally:
 
 RETRY_SPANS = 8192
 """Spans held for another try while the collector does not take them (the oldest are dropped first)."""
-RETRY_ATTEMPTS = 5
-"""A held batch is dropped after this many failed exports (one that can never be taken is not held forever)."""
+RETRY_WINDOW_S = 30.0
+"""A held batch is dropped once it has waited this long (a collector restart takes seconds; a batch that
+is never taken is not held forever)."""
+QUICK_FAILURE_S = 0.5
+"""A held batch refused faster than this (connection refused, an error status) does not stop the new batch
+from being tried; a slower failure (a collector that does not answer) does, so an export never waits twice."""
 
 
 class Held:
     """Span batches the collector did not take, held for the next export: a collector restarting (a deploy,
     a crash) is back within seconds, and what the app sent meanwhile then still arrives.
 
-    Bounded in spans (``RETRY_SPANS``, oldest dropped first) and in tries (``RETRY_ATTEMPTS``); what is
+    Bounded in spans (``RETRY_SPANS``, oldest dropped first) and in time (``RETRY_WINDOW_S``); what is
     dropped, and what is still held when the exporter shuts down, is counted as failed in the tally.
     Metrics need no such buffer: their points are cumulative, so the next export carries what a failed one
     did not (with ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta`` a failed export's points are lost).
     """
 
-    def __init__(self, tally: ExportTally, max_spans: int = RETRY_SPANS, attempts: int = RETRY_ATTEMPTS) -> None:
+    def __init__(self, tally: ExportTally, max_spans: int = RETRY_SPANS, window_s: float = RETRY_WINDOW_S) -> None:
         self.tally = tally
         self.max_spans = max_spans
-        self.attempts = attempts
+        self.window_s = window_s
         self._lock = threading.Lock()
-        self._batches: deque[tuple[Sequence[Any], int]] = deque()
+        self._batches: deque[tuple[Sequence[Any], float]] = deque()
         self.spans = 0
         self.dropped = 0
 
-    def hold(self, batch: Sequence[Any], tries: int) -> None:
-        if tries >= self.attempts:
+    def hold(self, batch: Sequence[Any], since: float | None = None) -> None:
+        """Hold ``batch``, first refused at ``since`` (monotonic seconds; default now)."""
+        since = time.monotonic() if since is None else since
+        if time.monotonic() - since > self.window_s:
             self._drop(len(batch))
             return
         with self._lock:
-            self._batches.append((batch, tries))
+            self._batches.append((batch, since))
             self.spans += len(batch)
             dropped = 0
             while self.spans > self.max_spans and self._batches:
@@ -193,12 +199,18 @@ class Held:
         if dropped:
             self._drop(dropped)
 
-    def take(self) -> list[tuple[Sequence[Any], int]]:
+    def take(self) -> list[tuple[Sequence[Any], float]]:
+        """Every batch held, oldest first, and none held any more; those past the window are dropped."""
         with self._lock:
             batches = list(self._batches)
             self._batches.clear()
             self.spans = 0
-        return batches
+        now = time.monotonic()
+        kept = [(batch, since) for batch, since in batches if now - since <= self.window_s]
+        expired = sum(len(batch) for batch, since in batches if now - since > self.window_s)
+        if expired:
+            self._drop(expired)
+        return kept
 
     def give_up(self) -> None:
         """At shutdown: what is still held is lost."""
@@ -225,22 +237,23 @@ def _counted(base: type[Any], signal: str, tally: ExportTally) -> type[Any]:
                 tally.record(signal, 1, _succeeded(result))
                 return result
             waiting = self.held.take()
-            for index, (old, tries) in enumerate(waiting):
+            for index, (old, _since) in enumerate(waiting):
+                tried = time.monotonic()
                 result = super().export(old, *args, **kwargs)
                 if _succeeded(result):
                     tally.record(signal, len(old), True)
                     continue
-                # Still not taken: hold this one, the rest and the new batch, without trying the new one.
-                self.held.hold(old, tries + 1)
-                for rest, rest_tries in waiting[index + 1 :]:
-                    self.held.hold(rest, rest_tries)
-                self.held.hold(batch, 0)
-                return result
+                for rest, rest_since in waiting[index:]:  # still not taken: hold it and the rest again
+                    self.held.hold(rest, rest_since)
+                if time.monotonic() - tried > QUICK_FAILURE_S:  # no answer: do not wait twice in one export
+                    self.held.hold(batch)
+                    return result
+                break
             result = super().export(batch, *args, **kwargs)
             if _succeeded(result):
                 tally.record(signal, len(batch), True)
             else:
-                self.held.hold(batch, 1)
+                self.held.hold(batch)
             return result
 
         def shutdown(self, *args: Any, **kwargs: Any) -> Any:
