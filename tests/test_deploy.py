@@ -220,7 +220,7 @@ def _serve(command: list[str], env: dict[str, str], port: int, app_dir: Path) ->
         wait_ready(
             process,  # type: ignore[arg-type]
             f"http://127.0.0.1:{port}/ready",
-            name=command[2],
+            name=" ".join(command[1:4]),
             timeout_s=BOOT_S,
             poll_s=0.2,
             logs=lambda: "",
@@ -277,6 +277,31 @@ def test_uvicorn(sim: Simulator, tmp_path: Path) -> None:
         {"app": ASGI_APP},
         lambda port: [sys.executable, "-m", "uvicorn", "app:app", "--port", str(port), "--log-level", "warning"],
         "uvicorn",
+    )
+
+
+def test_uvicorn_under_opentelemetry_instrument(sim: Simulator, tmp_path: Path) -> None:
+    """No code change: ``opentelemetry-instrument`` loads firsttoken through its entry point."""
+    pytest.importorskip("uvicorn")
+    launcher = Path(sys.executable).parent / "opentelemetry-instrument"
+    if not launcher.exists():
+        pytest.skip("opentelemetry-instrument is not installed beside this Python")
+    _server_case(
+        sim,
+        tmp_path,
+        {"app": ASGI_APP.replace("import firsttoken\nfirsttoken.instrument()\n", "")},
+        lambda port: [
+            str(launcher),
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "app:app",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        "opentelemetry-instrument uvicorn",
     )
 
 
