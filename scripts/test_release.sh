@@ -44,14 +44,17 @@ DESELECT=(
     --deselect tests/test_openai_fidelity.py::test_async_ttft_matches_the_apps_own_loop_within_2ms
 )
 # Per Python (step 4): the SDKs' sync and async APIs, every way a stream ends, the wire phases
-# (TLS, HTTP/2) and patching on import -- what depends on the interpreter (asyncio, ssl, the
-# import system, generators' finalisation). The rest is plain Python run in step 3 already.
+# (TLS, HTTP/2), patching on import, and the exit paths (signals, multiprocessing's worker
+# finalizers) -- what depends on the interpreter (asyncio, ssl, the import system, generators'
+# finalisation, multiprocessing's internals). The rest is plain Python run in step 3 already.
 PER_PYTHON_TESTS=(
     tests/test_openai_apis.py
     tests/test_anthropic.py
     tests/test_stream_endings.py
     tests/test_wire.py
     tests/test_import_hooks.py
+    tests/test_exit.py
+    tests/test_deploy.py::test_worker_pools
 )
 
 rm -rf "$WORK"

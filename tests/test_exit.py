@@ -209,10 +209,13 @@ def test_abandoned_streams_are_recorded_before_the_export_shuts_down(sim: Simula
     next(iter(kept))
     print("READY", flush=True)
     """
+    bare, _ = _finish(_start(tmp_path, body, _env(sim, "http://127.0.0.1:9", FIRSTTOKEN_DISABLED="true")))
     with OtlpSink() as sink:
         process = _start(tmp_path, body, _env(sim, sink.endpoint))
         code, err = _finish(process)
-        assert code == 0, err
+        # CPython 3.13.0 itself crashes (SIGSEGV) finalizing a stream left open, with or without firsttoken:
+        # the status is the uninstrumented one, and the routine ran before the interpreter's finalization.
+        assert code == bare, err
         assert sink.call_spans == 1
         assert sink.end_reasons == [sc.END_ABANDONED]
 
