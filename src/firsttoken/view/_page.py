@@ -50,6 +50,8 @@ token after the first. Cache hit: cached share of the input tokens.</p>
 <div id="over-time"></div>
 <h2>Slowest calls <span class="note">(click one for its waterfall)</span></h2>
 <table id="slowest"></table>
+<h2>Failed calls <span class="note">(the latest; click one to open it)</span></h2>
+<table id="errors"></table>
 <div id="detail" hidden>
   <h2 id="detail-title"></h2>
   <div id="waterfall"></div>
@@ -119,6 +121,25 @@ function slowestTable(rows) {
   for (const tr of document.querySelectorAll("#slowest tr.pick")) tr.onclick = () => show(tr.dataset.span);
 }
 
+function errorsTable(rows) {
+  let out = "<tr><th>when</th><th>app</th><th>provider</th><th>model</th><th>error type</th><th>status</th>" +
+    "<th>message</th><th>end-to-end</th></tr>";
+  for (const r of rows) {
+    const cls = "pick" + (r.span_id === chosen ? " chosen" : "");
+    out += `<tr class="${cls}" data-span="${r.span_id}"><td>${new Date(r.start_ns / 1e6).toLocaleTimeString()}</td>` +
+      `<td>${esc(r.service)}</td><td>${esc(r.provider)}</td><td>${esc(r.model)}</td>` +
+      `<td class="failed">${esc(r.error_type ?? "-")}</td><td>${esc(r.status ?? "-")}</td>` +
+      `<td>${esc(r.message ?? "-")}</td><td>${ms(r.e2e)}</td></tr>`;
+  }
+  $("errors").innerHTML = rows.length ? out : "<tr><td>No failed calls in this window.</td></tr>";
+  for (const tr of document.querySelectorAll("#errors tr.pick")) tr.onclick = () => show(tr.dataset.span);
+}
+
+function attrValue(k, v, seconds) {
+  if (seconds.includes(k) && typeof v === "number") return `${ms(v)} ms`;
+  return typeof v === "object" ? JSON.stringify(v) : v;
+}
+
 async function show(spanId) {
   chosen = spanId;
   history.replaceState(null, "", `#call=${spanId}`);  // a link to this very call
@@ -138,7 +159,7 @@ async function show(spanId) {
     "No phase spans were sampled for this call: its phases are drawn end to end from the phase durations " +
     "every call span carries (firsttoken.phase_duration.*).";
   $("attrs").innerHTML = Object.entries(call.attrs).sort().map(([k, v]) =>
-    `<tr><td>${esc(k)}</td><td>${esc(typeof v === "object" ? JSON.stringify(v) : v)}</td></tr>`).join("");
+    `<tr><td>${esc(k)}</td><td>${esc(attrValue(k, v, call.seconds))}</td></tr>`).join("");
   const a = call.action;
   $("action").innerHTML = a === null ? "<p class='note'>This call ran outside any firsttoken.action().</p>" :
     `<p><b>${esc(a.name)}</b>: ${ms(a.duration_s)} ms, ${a.calls.length} LLM call(s)</p><table>` +
@@ -158,6 +179,7 @@ async function refresh() {
   actionsTable(data.actions);
   overTime(data.series);
   slowestTable(data.slowest);
+  errorsTable(data.errors);
   document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
 }
 for (const id of ["window", "group", "metric"]) $(id).onchange = refresh;
