@@ -257,4 +257,12 @@ def where_the_time_went(spans: Iterable[Any], *, width: int = DEFAULT_WIDTH) -> 
             subsequent="    ",
         )
         lines += pack(parts, width)
+    if any(f"{prefix}{sc.PHASE_WAIT_NO_OUTPUT}" in call.attributes for _, call in picks):
+        lines += wrap(
+            f"{sc.PHASE_WAIT_NO_OUTPUT}: the stream carried no output token (no TTFT): waiting for output that "
+            "never came; for a reasoning model, hidden reasoning that used up the output budget",
+            width,
+            indent="  ",
+            subsequent="  ",
+        )
     return lines
