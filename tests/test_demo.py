@@ -285,8 +285,11 @@ def test_the_warm_up_calls_each_api_kind_once_before_anything_is_measured() -> N
 
 
 def test_configuration_warning_points_at_the_apps_call() -> None:
-    with pytest.warns(FirstTokenWarning) as caught:
-        assert not firsttoken.instrument(chunk_metrics="yes")
+    try:
+        with pytest.warns(FirstTokenWarning) as caught:
+            assert firsttoken.instrument(chunk_metrics="yes")  # that setting's default; the rest works
+    finally:
+        firsttoken.uninstrument()
     assert caught[0].filename == __file__
 
 
