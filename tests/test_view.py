@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import math
 import os
 import re
 import subprocess
@@ -528,3 +529,92 @@ def test_a_file_that_is_not_a_database_is_named(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip() == f"firsttoken view: error: {bad}: file is not a database", result.stderr
+
+
+# -- the chart over time ---------------------------------------------------------------------------------
+
+
+def test_the_chart_over_time_is_one_colour_per_model_with_round_ticks_clear_of_the_toolbar(
+    fed: tuple[Viewer, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    v, _ = fed
+    chrome = Browser(tmp_path / "profile")
+    try:
+        chrome.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
+        chrome.call("Page.navigate", url=v.url + "/")
+        chrome.wait_for("document.body.dataset.refreshed")
+        traces = chrome.evaluate(
+            "document.getElementById('over-time').data.map((t) => [t.name, t.type, "
+            "t.type === 'bar' ? t.marker.color : t.line.color])"
+        )
+        colours: dict[str, set[str]] = {}
+        for name, _, colour in traces:
+            colours.setdefault(name.rsplit(" ", 2 if name.endswith("TTFT p95") else 1)[0], set()).add(colour)
+        assert len(colours) == 5 and all(len(c) == 1 for c in colours.values()), traces  # bars and line alike
+        assert len({c for cs in colours.values() for c in cs}) == 5  # and the models apart
+        for axis in ("y", "y2"):
+            labels = chrome.evaluate(
+                f"[...document.querySelectorAll('#over-time .{axis}tick text')].map((t) => t.textContent)"
+            )
+            values = [float(label.replace(",", "")) for label in labels]
+            assert values and values[0] == 0, (axis, labels)
+            step = values[1] - values[0]
+            mantissa = step / 10 ** math.floor(math.log10(step))
+            assert round(mantissa, 6) in (1, 2, 5), (axis, labels)  # 0.5, 1, 2, 5, 10, 20 ... not 0.556
+        clear = chrome.evaluate(
+            "(() => { const gd = document.getElementById('over-time');"
+            " const bar = gd.querySelector('.modebar').getBoundingClientRect();"
+            " const top = gd.getBoundingClientRect().top + gd._fullLayout._size.t;"
+            " const ticks = [...gd.querySelectorAll('.ytick text, .y2tick text')]"
+            ".map((t) => t.getBoundingClientRect());"
+            " return ticks.every((t) => t.bottom <= bar.top || t.top >= bar.bottom"
+            " || t.right <= bar.left || t.left >= bar.right) && bar.bottom <= top + 1; })()"
+        )
+        assert clear, "the toolbar covers a tick"
+    finally:
+        chrome.close()
+
+
+def test_an_empty_page_says_no_calls_yet_instead_of_an_axis(viewer: Viewer, tmp_path: Path) -> None:
+    chrome = Browser(tmp_path / "profile")
+    try:
+        chrome.call("Page.navigate", url=viewer.url + "/")
+        chrome.wait_for("document.body.dataset.refreshed")
+        text = chrome.evaluate("document.getElementById('over-time').textContent")
+        assert "No calls in this window yet." in text
+        ticks = chrome.evaluate("document.querySelectorAll('#over-time .ytick, #over-time .xtick').length")
+        assert ticks == 0  # no meaningless -1..6 axis
+    finally:
+        chrome.close()
+
+
+def test_the_same_calls_fall_in_the_same_slices_later(tmp_path: Path) -> None:
+    store = view.Store(str(tmp_path / "s.sqlite3"))
+    now = time.time_ns()
+    records = [
+        view.SpanRecord(
+            trace_id=f"{i:032x}", span_id=f"{i:016x}", parent_id=None, name="chat m",
+            start_ns=now - i * 7_300_000_000, end_ns=now - i * 7_300_000_000 + 10**8, error=False,
+            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                        "firsttoken.time_to_first_token": 0.01 * (i % 13)},
+            service="s", instance="",
+        )
+        for i in range(1, 100)
+    ]  # fmt: skip
+    store.add(records, now_ns=now)
+    window = 900 * 10**9
+
+    def slices(at: int) -> dict[float, tuple[float, float | None]]:
+        series = store.series(at - window, at, "model")
+        g = series["groups"]["m"]
+        # The last slice is still filling: compare the finished ones.
+        return {
+            t: (round(n * series["bucket_s"], 6), p)
+            for t, n, p in list(zip(series["t_ms"], g["calls_per_s"], g["ttft_p95"], strict=True))[:-1]
+        }
+
+    before, after = slices(now + 10**9), slices(now + 46 * 10**9)  # 45 s: one and a half slices later
+    shared = set(before) & set(after)
+    assert len(shared) >= 25, (sorted(before)[:3], sorted(after)[:3])  # the slices did not move
+    assert all(before[t] == after[t] for t in shared)
+    store.close()

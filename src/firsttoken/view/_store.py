@@ -248,41 +248,57 @@ class Store:
             out.append(entry)
         return out
 
+    @staticmethod
+    def buckets(since_ns: int, until_ns: int, buckets: int = 30) -> tuple[int, int]:
+        """(first bucket's start, bucket width): ``buckets`` slices of the window fixed in absolute
+        time (multiples of the width), the last one holding ``until_ns``, so that the same calls fall in
+        the same slices whenever the page asks."""
+        width = max(1, (until_ns - since_ns) // buckets)
+        return (until_ns // width - buckets + 1) * width, width
+
     def series(
         self, since_ns: int, until_ns: int, group: str, buckets: int = 30, rows: list[tuple[Any, ...]] | None = None
     ) -> dict[str, Any]:
-        """TTFT p95 and calls per second over time, per group, in ``buckets`` equal slices."""
-        width = max(1, (until_ns - since_ns) // buckets)
+        """TTFT p95 and calls per second over time, per group, in ``buckets`` slices fixed in absolute
+        time (see :meth:`buckets`; ``rows`` must reach back to the first one's start). The last slice,
+        still filling, has its calls per second over the part of it that has passed."""
+        first, width = self.buckets(since_ns, until_ns, buckets)
         cells: dict[str, list[list[float]]] = {}
         counts: dict[str, list[int]] = {}
-        for r in self._window(since_ns, group) if rows is None else rows:
+        for r in self._window(first, group) if rows is None else rows:
+            if r[1] < first:
+                continue
             key = "(none)" if r[0] is None else str(r[0])
-            i = min(buckets - 1, max(0, (r[1] - since_ns) // width))
+            i = min(buckets - 1, (r[1] - first) // width)
             if key not in cells:
                 cells[key] = [[] for _ in range(buckets)]
                 counts[key] = [0] * buckets
             counts[key][i] += 1
             if r[3] is not None and not r[5]:
                 cells[key][i].append(r[3])
-        times = [(since_ns + width * (i + 0.5)) / 1e6 for i in range(buckets)]
+        times = [(first + width * (i + 0.5)) / 1e6 for i in range(buckets)]
+        spans = [width / 1e9] * buckets
+        spans[-1] = max(1.0, (until_ns - (first + width * (buckets - 1))) / 1e9)
         return {
             "t_ms": times,
             "bucket_s": width / 1e9,
             "groups": {
                 key: {
                     "ttft_p95": [percentile(c, 95) for c in cs],
-                    "calls_per_s": [n / (width / 1e9) for n in counts[key]],
+                    "calls_per_s": [n / s for n, s in zip(counts[key], spans, strict=True)],
                 }
                 for key, cs in sorted(cells.items())
             },
         }
 
     def overview(self, since_ns: int, until_ns: int, group: str, metric: str) -> dict[str, Any]:
-        """What the page shows, from one read of the window's calls."""
-        rows = self._window(since_ns, group)
+        """What the page shows, from one read of the window's calls (reaching back to the first slice
+        of the chart over time, which may start a little before the window)."""
+        first, _ = self.buckets(since_ns, until_ns)
+        rows = self._window(min(first, since_ns), group)
         return {
             "stored": self.count(),
-            "summary": self.summary(since_ns, group, rows),
+            "summary": self.summary(since_ns, group, [r for r in rows if r[1] >= since_ns]),
             "actions": self.actions(since_ns),
             "series": self.series(since_ns, until_ns, group, rows=rows),
             "slowest": self.slowest(since_ns, metric, 20),
