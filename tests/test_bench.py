@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -545,3 +546,45 @@ def test_a_thousand_requests_at_concurrency_32(sim: Simulator, tmp_path: Path) -
     assert len({r["seq"] for r in doc["requests"]}) == 1000
     assert len(list(csv.DictReader(out.with_suffix(".csv").open()))) == 1000
     assert doc["client"]["cpu_s"] > 0
+
+
+def test_at_80_columns_every_line_fits_and_the_median_is_one_request_everywhere(sim: Simulator, tmp_path: Path) -> None:
+    """The phase lines reached 146 columns; the terminal said "median request #105" and the HTML
+    "median #81" for the same run."""
+    out = tmp_path / "run"
+    result = run_bench(
+        "--base-url", sim.openai_base_url, "--model", "steady", "--target", "fast=openai:fast@" + sim.openai_base_url,
+        "--requests", "10", "--concurrency", "2", "--warmup", "1", "--out", str(out), "--no-progress",
+        env={"COLUMNS": "80"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    wide = [line for line in result.stdout.splitlines() if len(line) > 80 and "/" not in line]
+    assert not wide, "\n".join(wide)
+    doc = json.loads(out.with_suffix(".json").read_text())
+    page = out.with_suffix(".html").read_text()
+    for target in ("steady", "fast"):
+        median = doc["summaries"][target]["median_request"]
+        assert median is not None
+        block = result.stdout.split(f"\n{target}: ", 1)[1].split("\n\n", 1)[0]
+        assert f"  median request #{median} (" in block, block
+        shown = re.findall(r"median #(\d+)", page.split(f"{target}: where the time went", 1)[0])
+        assert shown and int(shown[-1]) == median, (shown, median)
+        ok = sorted((r for r in doc["requests"] if r["target"] == target and not r["warmup"]), key=lambda r: r["e2e_s"])
+        assert median == ok[(len(ok) - 1) // 2]["seq"]  # the lower median by end-to-end
+        assert "server_wait " in block and "decode " in block  # the phases are there, wrapped
+
+
+def test_a_run_where_every_request_failed_says_so_and_nothing_else(sim: Simulator, tmp_path: Path) -> None:
+    from firsttoken.sim import Fault
+
+    sim.inject(Fault.server_error(status=503), times=4, model="tiny")
+    result = run_bench(
+        "--base-url", sim.openai_base_url, "--model", "tiny", "--requests", "4", "--concurrency", "1",
+        "--warmup", "0", "--max-retries", "0", "--no-progress",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    block = result.stdout.split("\ntiny: ", 1)[1].split("\n\n", 1)[0]
+    assert "requests 4, ok 0, errors InternalServerError 4" in block
+    assert "(no request succeeded: no latencies to show)" in block
+    assert "p50" not in block and "TTFT" not in block  # no empty percentile table
+    assert "client was busy" not in result.stdout

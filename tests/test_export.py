@@ -222,19 +222,71 @@ def test_endpoints_that_work_are_accepted(environ: dict[str, str]) -> None:
     assert export.close(timeout_s=5)
 
 
-def test_instrument_warns_once_naming_the_variable_and_the_fix(tmp_path: Path) -> None:
+def test_instrument_warns_once_naming_the_variable_and_the_url_it_uses(tmp_path: Path) -> None:
     """As a user meets it: ``instrument()`` in a fresh process with the usual mistake in its environment."""
     script = tmp_path / "app.py"
     script.write_text("import firsttoken\nprint(firsttoken.instrument())\n")
     env = _clean_env(OTEL_EXPORTER_OTLP_ENDPOINT="localhost:4318")
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"
+    assert done.stdout.strip() == "True"
     warnings = [line for line in done.stderr.splitlines() if "FirstTokenWarning" in line]
     assert len(warnings) == 1, done.stderr
     assert warnings[0].startswith(f"{script}:2: FirstTokenWarning: firsttoken: ")
-    assert "OTEL_EXPORTER_OTLP_ENDPOINT='localhost:4318' has no scheme" in warnings[0]
-    assert "http://localhost:4318" in warnings[0] and "the app runs uninstrumented" in warnings[0]
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT='localhost:4318' has no scheme: using http://localhost:4318" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("environ", "traces", "metrics"),
+    [
+        ({_otlp.ENV_ENDPOINT: "localhost:4318"}, "http://localhost:4318/v1/traces", "http://localhost:4318/v1/metrics"),
+        ({_otlp.ENV_ENDPOINT: "c:4318/otlp/"}, "http://c:4318/otlp/v1/traces", "http://c:4318/otlp/v1/metrics"),
+        (
+            {_otlp.ENV_ENDPOINT: "http://ok:4318", _otlp.ENV_TRACES_ENDPOINT: "c:4318/v1/traces"},
+            "http://c:4318/v1/traces",
+            "http://ok:4318/v1/metrics",
+        ),
+    ],
+)
+def test_an_endpoint_without_a_scheme_is_used_with_http(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], traces: str, metrics: str
+) -> None:
+    for name, value in environ.items():  # where the exporters themselves read them
+        monkeypatch.setenv(name, value)
+    problems: list[str] = []
+    export = _otlp.providers(problems=problems)
+    try:
+        processors = export.tracer_provider._active_span_processor._span_processors
+        exporters = [p.span_exporter for p in processors] + [r._exporter for r in export.metric_readers]
+        assert [e._endpoint for e in exporters] == [traces, metrics]
+        assert problems and all("has no scheme: using http://" in p for p in problems)
+    finally:
+        export.close(timeout_s=5)
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "check"),
+    [
+        (
+            _otlp.ENV_TRACES_EXPORTER,
+            "prometheus",
+            lambda e: len(e.tracer_provider._active_span_processor._span_processors) == 1,
+        ),
+        (_otlp.ENV_PROTOCOL, "thrift", lambda e: e.endpoint == "http://localhost:4318"),
+        (_otlp.ENV_METRIC_EXPORT_INTERVAL, "soon", lambda e: e.metric_readers[0]._export_interval_millis == 15_000),
+        (_otlp.ENV_METRIC_EXPORT_INTERVAL, "0", lambda e: e.metric_readers[0]._export_interval_millis == 15_000),
+        (_otlp.ENV_SHUTDOWN_TIMEOUT, "-1", lambda e: e.shutdown_timeout_s == 2.0),
+        (_otlp.ENV_TIMEOUT, "never", lambda e: e.metric_readers[0]._export_timeout_millis == 3000),
+    ],
+)
+def test_a_bad_export_variable_falls_back_to_its_default(variable: str, raw: str, check: Any) -> None:
+    problems: list[str] = []
+    export = _otlp.providers({variable: raw}, problems=problems)
+    try:
+        assert len(set(problems)) == 1 and problems[0].startswith(f"{variable}={raw!r}") and "; using " in problems[0]
+        assert check(export)
+    finally:
+        export.close(timeout_s=5)
 
 
 @pytest.fixture

@@ -119,24 +119,99 @@ def test_bad_settings_name_the_problem(kwargs: dict[str, Any], environ: dict[str
     assert message in str(caught.value)
 
 
-def test_bad_option_warns_once_and_leaves_the_app_uninstrumented(sim: Any) -> None:
+@pytest.mark.parametrize(
+    ("kwargs", "environ", "field", "says"),
+    [
+        ({}, {config.ENV_TAIL_SHARE: "2"}, "tail_share", "FIRSTTOKEN_TAIL_SHARE='2' is out of range"),
+        ({}, {config.ENV_PHASE_SPANS: "sometimes"}, "phase_spans", "FIRSTTOKEN_PHASE_SPANS='sometimes'"),
+        ({}, {config.ENV_CHUNK_METRICS: "maybe"}, "chunk_metrics", "is not a boolean"),
+        ({}, {config.ENV_WIRE_PHASES: "maybe"}, "wire_phases", "FIRSTTOKEN_WIRE_PHASES='maybe'"),
+        ({}, {config.ENV_CONTENT_MAX_LENGTH: "lots"}, "content_max_length", "is not an integer"),
+        ({}, {config.ENV_METRIC_VALUE_LIMIT: "0"}, "metric_value_limit", "of at least 1"),
+        ({}, {config.ENV_PROVIDER_HOSTS: "llm.internal"}, "provider_hosts", "is not host=provider"),
+        ({}, {config.ENV_CAPTURE_CONTENT: "everything"}, "capture_content", "CAPTURE_MESSAGE_CONTENT"),
+        ({"options": {"tail_share": 25}}, {}, "tail_share", "tail_share=25 is out of range"),
+        ({"capture_content": "yes"}, {}, "capture_content", "capture_content='yes' must be True or False"),
+    ],
+)
+def test_a_bad_setting_falls_back_to_its_default_and_the_rest_is_kept(
+    kwargs: dict[str, Any], environ: dict[str, str], field: str, says: str
+) -> None:
+    """One typo costs that setting, not the others (as the OpenTelemetry SDK treats a bad OTEL_* value)."""
+    good = {config.ENV_METRIC_VALUE_LIMIT: "7", config.ENV_TAIL_SHARE: "0.5", config.ENV_PHASE_SPANS: "always"}
+    problems: list[str] = []
+    settings = config.load(environ=good | environ, problems=problems, **kwargs)
+    assert len(problems) == 1 and says in problems[0] and "; using " in problems[0], problems
+    assert getattr(settings, field) == getattr(config.Settings(), field)
+    for kept, value in (("metric_value_limit", 7), ("tail_share", 0.5), ("phase_spans", "always")):
+        if kept != field:
+            assert getattr(settings, kept) == value
+
+
+def test_a_redactor_that_cannot_run_means_no_content_rather_than_unredacted_content() -> None:
+    problems: list[str] = []
+    settings = config.load(capture_content=True, options={"redact": "no"}, environ={}, problems=problems)
+    assert settings.capture_content is False and settings.redact is None
+    assert problems == ["redact='no' must be a callable (attribute_name, text) -> text | None; using no content "
+                        "capture (a redactor was meant to run)"]  # fmt: skip
+
+
+def test_misspelt_variables_name_the_closest_setting() -> None:
+    environ = {
+        "FIRSTTOKEN_PHASESPANS": "always",
+        "firsttoken_tail_shares": "0.5",
+        "FIRSTTOKEN_PHASE_SPANS": "never",
+        "FIRSTTOKEN_STACK": "required",  # the project's own test variables are nowhere near a setting
+        "FIRSTTOKEN_RECORDINGS": "x",
+        "OTEL_SERVICE_NAME": "app",
+    }
+    assert config.misspelt_variables(environ) == [
+        "FIRSTTOKEN_PHASESPANS is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_PHASE_SPANS?",
+        "firsttoken_tail_shares is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_TAIL_SHARE?",
+    ]
+
+
+def test_an_unknown_option_is_ignored_with_one_warning_naming_the_closest(sim: Any) -> None:
     t = Telemetry()
-    with pytest.warns(firsttoken.FirstTokenWarning, match="unknown option"):
-        ok = firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, bogus=1)
-    assert ok is False
-    assert not firsttoken.is_instrumented()
-    c = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
-    assert c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}]).choices
-    assert not t.spans()
+    with pytest.warns(firsttoken.FirstTokenWarning) as caught:
+        ok = firsttoken.instrument(
+            tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, chunk_metric=True, tail_share=0.5
+        )
+    try:
+        assert ok is True
+        messages = [str(w.message) for w in caught]
+        assert len(messages) == 1, messages
+        assert messages[0].startswith("firsttoken: unknown option(s) chunk_metric (did you mean chunk_metrics?)")
+        assert messages[0].endswith("; ignored")
+        c = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+        assert c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}]).choices
+        assert t.spans(), "the rest of the settings work"
+    finally:
+        firsttoken.uninstrument()
 
 
-def test_bad_env_var_warns_and_app_runs(monkeypatch: pytest.MonkeyPatch, sim: Any) -> None:
+def test_a_bad_env_var_warns_and_the_app_is_measured_with_its_default(
+    monkeypatch: pytest.MonkeyPatch, sim: Any
+) -> None:
     monkeypatch.setenv(config.ENV_PHASE_SPANS, "sometimes")
+    monkeypatch.setenv("FIRSTTOKEN_PHASESPANS", "never")
     t = Telemetry()
-    with pytest.warns(firsttoken.FirstTokenWarning, match="FIRSTTOKEN_PHASE_SPANS='sometimes'"):
-        assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider) is False
-    c = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
-    assert c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}]).choices
+    with pytest.warns(firsttoken.FirstTokenWarning) as caught:
+        ok = firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
+    try:
+        assert ok is True
+        messages = sorted(str(w.message) for w in caught)
+        assert messages == [
+            "firsttoken: FIRSTTOKEN_PHASESPANS is not a firsttoken setting and is ignored: did you mean "
+            "FIRSTTOKEN_PHASE_SPANS?",
+            "firsttoken: FIRSTTOKEN_PHASE_SPANS='sometimes' is not understood: use always, tail or never "
+            "(true/false mean always/never); using the default, 'tail'",
+        ]
+        c = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+        assert c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}]).choices
+        assert [s.name for s in t.spans()] == ["chat m"]
+    finally:
+        firsttoken.uninstrument()
 
 
 def test_unsupported_sdk_version_warns_and_skips(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -273,19 +348,25 @@ with Simulator(latency=LatencyModel(queue_ms=1, decode_tokens_per_s=2000, jitter
 """
 
 
-def _run_app(tmp_path: Path, collector: _Collector, prelude: str, command: list[str]) -> None:
+def _run_app(tmp_path: Path, collector: _Collector, prelude: str, command: list[str], **extra: str) -> str:
+    """Runs the app; what it wrote to stderr."""
     script = tmp_path / "app.py"
     script.write_text(textwrap.dedent(APP.format(prelude=prelude)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))} | {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
-        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-        "OTEL_SERVICE_NAME": "subprocess-app",
-        "OTEL_TRACES_EXPORTER": "otlp",
-        "OTEL_METRICS_EXPORTER": "otlp",
-        "OTEL_LOGS_EXPORTER": "none",
-    }
+    env = (
+        {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))}
+        | {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_SERVICE_NAME": "subprocess-app",
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_LOGS_EXPORTER": "none",
+        }
+        | extra
+    )
     done = subprocess.run([*command, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    return done.stderr
 
 
 def _exported_call_span(collector: _Collector) -> Any:
@@ -328,4 +409,27 @@ def test_opentelemetry_instrument_needs_no_code_change(tmp_path: Path, collector
     _run_app(tmp_path, collector, "", [str(launcher), sys.executable])
     span = _exported_call_span(collector)
     assert sc.FT_TIME_TO_FIRST_TOKEN in {a.key for a in span.attributes}
+    assert sc.M_TIME_TO_FIRST_TOKEN in _exported_metric_names(collector)
+
+
+def test_typos_in_the_environment_cost_only_themselves(tmp_path: Path, collector: _Collector) -> None:
+    """As a user meets it: an endpoint without its scheme, an out-of-range share and a misspelt
+    name. Each gets one warning; calls are still measured and exported, to the endpoint meant."""
+    stderr = _run_app(
+        tmp_path, collector, "import firsttoken; firsttoken.instrument()", [sys.executable],
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"127.0.0.1:{collector.server_address[1]}",
+        FIRSTTOKEN_TAIL_SHARE="2",
+        FIRSTTOKEN_PHASESPANS="always",
+    )  # fmt: skip
+    warned = [line.partition("FirstTokenWarning: firsttoken: ")[2] for line in stderr.splitlines()]
+    warned = [w for w in warned if w]
+    address = f"127.0.0.1:{collector.server_address[1]}"
+    assert sorted(warned) == [
+        "FIRSTTOKEN_PHASESPANS is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_PHASE_SPANS?",
+        "FIRSTTOKEN_TAIL_SHARE='2' is out of range: use a share above 0 and at most 1 (0.25 is a quarter); "
+        "using the default, 0.25",
+        f"OTEL_EXPORTER_OTLP_ENDPOINT={address!r} has no scheme: using http://{address} (OTLP over HTTP needs "
+        "a URL) (for a gRPC collector, set OTEL_EXPORTER_OTLP_PROTOCOL=grpc)",
+    ], stderr
+    assert sc.FT_TIME_TO_FIRST_TOKEN in {a.key for a in _exported_call_span(collector).attributes}
     assert sc.M_TIME_TO_FIRST_TOKEN in _exported_metric_names(collector)

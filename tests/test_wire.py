@@ -314,6 +314,38 @@ def test_leaf_phases_tile_every_call(
     assert (sc.PHASE_DECODE in names) is (stream and tokens > 1)
 
 
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_a_stream_whose_whole_budget_went_on_reasoning_names_that_wait(telemetry: Telemetry, api: str) -> None:
+    """o3-mini spends all of max_output_tokens on hidden reasoning: no output token, so no TTFT. The
+    wait for output that never came is its own phase, not ``finish`` ("trailing usage chunk, close")."""
+    latency = LatencyModel(queue_ms=5, decode_tokens_per_s=400, jitter=0, reasoning_tokens=200)
+    with Simulator(latency=latency, seed=1) as sim:
+        c = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+        if api == "responses":
+            stream: Any = c.responses.create(model="o3-mini", input="hi", max_output_tokens=160, stream=True)
+        else:
+            stream = c.chat.completions.create(
+                model="o3-mini", messages=MESSAGES, max_completion_tokens=160, stream=True
+            )
+        for _ in stream:
+            pass
+        c.close()
+    call = telemetry.call()
+    if api == "responses":
+        assert call.attributes[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == 160
+    assert sc.FT_TIME_TO_FIRST_TOKEN not in call.attributes
+    _check_tiles(telemetry, call)
+    phases = {c.attributes[sc.FT_PHASE]: (c.end_time - c.start_time) / 1e9 for c in telemetry.children(call)}
+    # 160 hidden tokens at 400 tokens/s: 0.4 s of reasoning, seen as waiting after the headers.
+    assert phases[sc.PHASE_WAIT_NO_OUTPUT] >= 0.35, phases
+    assert phases.get(sc.PHASE_FINISH, 0.0) < 0.1, phases
+    assert call.attributes[f"{sc.FT_PHASE_DURATION_PREFIX}{sc.PHASE_WAIT_NO_OUTPUT}"] >= 0.35
+    phase_time = {
+        p.attributes[sc.FT_PHASE]: p.value for p in telemetry.metrics()[sc.M_PHASE_TIME]
+    }  # fmt: skip
+    assert phase_time[sc.PHASE_WAIT_NO_OUTPUT] >= 0.35 and phase_time.get(sc.PHASE_FINISH, 0.0) < 0.1
+
+
 def test_wire_hooks_leave_unrelated_asyncio_dns_alone(telemetry: Telemetry) -> None:
     """The DNS hooks time only a call's own connection: other lookups pass through untouched."""
 

@@ -58,8 +58,8 @@ def instrument(
     ``tail_share``, ``wire_phases``, ``provider_hosts``, ``content_max_length``, ``redact``,
     ``metric_value_limit`` (see docs/configuration.md).
 
-    Returns whether firsttoken is active. Bad settings give one :class:`FirstTokenWarning` naming
-    the problem, and the app runs on uninstrumented.
+    Returns whether firsttoken is active. A bad setting gives one :class:`FirstTokenWarning` naming
+    the problem and falls back to its default; the others work.
     """
     kwargs: dict[str, Any] = dict(options)
     if tracer_provider is not None:

@@ -168,15 +168,18 @@ def install(
     with _lock:
         if _current is not None:
             return True
+        problems: list[str] = []
         try:
-            installation = _setup(tracer_provider, meter_provider, capture_content, options)
+            installation = _setup(tracer_provider, meter_provider, capture_content, options, problems)
+            for problem in dict.fromkeys(problems):  # a bad setting costs that setting, not the rest
+                warn(problem)
             if installation is None:
                 return False
             _current = installation
             for name, action in _HOOKS:
                 installation.when_imported(name, action)
             return True
-        except ConfigError as exc:
+        except ConfigError as exc:  # what cannot fall back to a default
             warn(f"{exc}; the app runs uninstrumented")
         except Exception as exc:  # never break the app for its telemetry
             log.debug("firsttoken: instrumentation failed", exc_info=True)
@@ -190,6 +193,7 @@ def _setup(
     meter_provider: MeterProvider | None,
     capture_content: bool | None,
     options: dict[str, Any],
+    problems: list[str],
 ) -> Installation | None:
     from opentelemetry import metrics, trace
 
@@ -199,12 +203,12 @@ def _setup(
     from .providers._common import provider_resolver
     from .recorder import Recorder
 
-    if config.is_disabled():
+    if config.is_disabled(problems=problems):
         log.info("firsttoken: disabled by the environment")
         return None
-    settings = config.load(capture_content=capture_content, options=options)
+    settings = config.load(capture_content=capture_content, options=options, problems=problems)
     if tracer_provider is None and meter_provider is None and _otlp.globals_unset():
-        export = _otlp.setup()
+        export = _otlp.setup(problems=problems)
         tracer_provider, meter_provider = export.tracer_provider, export.meter_provider
     _exit.arm(_otlp.own_export())  # every way the process ends saves what is in memory
     tracer = trace.get_tracer(

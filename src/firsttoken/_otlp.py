@@ -27,11 +27,12 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from opentelemetry import metrics, trace
 
-from .config import ConfigError
+from .config import ENV_SHUTDOWN_TIMEOUT, ConfigError, or_default
 
 log = logging.getLogger("firsttoken")
 
@@ -48,7 +49,6 @@ ENV_TRACES_TIMEOUT = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"
 ENV_METRICS_TIMEOUT = "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT"
 ENV_METRIC_EXPORT_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
 ENV_METRIC_EXPORT_TIMEOUT = "OTEL_METRIC_EXPORT_TIMEOUT"
-ENV_SHUTDOWN_TIMEOUT = "FIRSTTOKEN_SHUTDOWN_TIMEOUT"
 
 EXPORT_TIMEOUT_S = 3.0
 """Per export, retries included, unless an ``OTEL_EXPORTER_OTLP_*TIMEOUT`` is set (the SDK's is 10 s)."""
@@ -108,6 +108,13 @@ def _millis(name: str, environ: Mapping[str, str], default: int) -> int:
     if value < 0:
         raise ConfigError(f"{name}={raw!r} must be >= 0 milliseconds")
     return value
+
+
+def _interval(environ: Mapping[str, str]) -> int:
+    interval_ms = _millis(ENV_METRIC_EXPORT_INTERVAL, environ, METRIC_EXPORT_INTERVAL_MS)
+    if interval_ms == 0:
+        raise ConfigError(f"{ENV_METRIC_EXPORT_INTERVAL}='0': the metric export interval must be > 0 milliseconds")
+    return interval_ms
 
 
 def _timeout(signal_env: str, environ: Mapping[str, str]) -> float:
@@ -376,29 +383,44 @@ def _endpoint(environ: Mapping[str, str], protocol: str, signal_env: str) -> str
     return "http://localhost:4317" if protocol == "grpc" else "http://localhost:4318"
 
 
-def check_endpoint(signal_env: str, protocol: str, environ: Mapping[str, str]) -> None:
+_SIGNAL_PATHS = {ENV_TRACES_ENDPOINT: "v1/traces", ENV_METRICS_ENDPOINT: "v1/metrics"}
+
+
+def check_endpoint(
+    signal_env: str, protocol: str, environ: Mapping[str, str], problems: list[str] | None = None
+) -> str | None:
     """An OTLP/HTTP endpoint must be a URL: ``localhost:4318`` (a gRPC-style address, the usual
     slip) makes the exporter fail every export with "No connection adapters were found".
 
     The variable checked is the one the exporter reads: the signal's, else the general one. Over
     gRPC an address without a scheme is valid (TLS unless ``OTEL_EXPORTER_OTLP_INSECURE=true``).
+    Without ``problems`` such an address raises; with, the intent is plain: the signal's full URL,
+    with ``http://`` (and the signal's path for the general variable, as the exporter adds it), is
+    returned for the exporter to use, and ``problems`` says so. None when the exporter's own reading is right.
     """
     if protocol != "http/protobuf":
-        return
+        return None
     for name in (signal_env, ENV_ENDPOINT):
         raw = environ.get(name, "").strip()
         if not raw:
             continue
-        if not raw.lower().startswith(("http://", "https://")):
-            raise ConfigError(
-                f"{name}={raw!r} has no scheme: OTLP over HTTP needs a URL such as http://{raw} "
-                f"(for a gRPC collector, set {ENV_PROTOCOL}=grpc)"
-            )
-        return
+        if raw.lower().startswith(("http://", "https://")):
+            return None
+        grpc = f"(for a gRPC collector, set {ENV_PROTOCOL}=grpc)"
+        if problems is None:
+            raise ConfigError(f"{name}={raw!r} has no scheme: OTLP over HTTP needs a URL such as http://{raw} {grpc}")
+        url = f"http://{raw}"
+        if name == ENV_ENDPOINT:  # the exporter appends the signal's path to the general endpoint
+            url = f"{url.rstrip('/')}/{_SIGNAL_PATHS[signal_env]}"
+        problems.append(f"{name}={raw!r} has no scheme: using http://{raw} (OTLP over HTTP needs a URL) {grpc}")
+        return url
+    return None
 
 
-def _otlp_span_exporter(protocol: str, timeout: float, tally: ExportTally) -> Any:
+def _otlp_span_exporter(protocol: str, timeout: float, tally: ExportTally, endpoint: str | None = None) -> Any:
     kwargs: dict[str, Any] = {"timeout": timeout}
+    if endpoint is not None:
+        kwargs["endpoint"] = endpoint
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
 
@@ -408,8 +430,10 @@ def _otlp_span_exporter(protocol: str, timeout: float, tally: ExportTally) -> An
     return _counted(HttpSpans, "spans", tally)(**kwargs)
 
 
-def _otlp_metric_exporter(protocol: str, timeout: float, tally: ExportTally) -> Any:
+def _otlp_metric_exporter(protocol: str, timeout: float, tally: ExportTally, endpoint: str | None = None) -> Any:
     kwargs: dict[str, Any] = {"timeout": timeout}
+    if endpoint is not None:
+        kwargs["endpoint"] = endpoint
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
 
@@ -540,10 +564,13 @@ def providers(
     metrics_: Sequence[str] | None = None,
     span_processors: Sequence[Any] = (),
     metric_readers: Sequence[Any] = (),
+    problems: list[str] | None = None,
 ) -> Export:
     """SDK providers exporting as the environment says, with batching (export never blocks a call)
     and a bounded flush at exit. ``traces`` / ``metrics_`` override ``OTEL_TRACES_EXPORTER`` /
-    ``OTEL_METRICS_EXPORTER``; extra span processors and metric readers are added as given."""
+    ``OTEL_METRICS_EXPORTER``; extra span processors and metric readers are added as given.
+    A malformed variable raises :class:`ConfigError`, or, given a list of ``problems``, falls back
+    to its default and is said there (see :func:`firsttoken.config.or_default`)."""
     from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
     from opentelemetry.sdk.metrics.export import (
         ConsoleMetricExporter,
@@ -555,18 +582,19 @@ def providers(
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
     env = os.environ if environ is None else environ
-    trace_names = list(traces) if traces is not None else exporter_names(ENV_TRACES_EXPORTER, env)
-    metric_names = list(metrics_) if metrics_ is not None else exporter_names(ENV_METRICS_EXPORTER, env)
-    traces_protocol = _protocol(ENV_TRACES_PROTOCOL, env)
-    metrics_protocol = _protocol(ENV_METRICS_PROTOCOL, env)
-    if "otlp" in trace_names:
-        check_endpoint(ENV_TRACES_ENDPOINT, traces_protocol, env)
-    if "otlp" in metric_names:
-        check_endpoint(ENV_METRICS_ENDPOINT, metrics_protocol, env)
-    interval_ms = _millis(ENV_METRIC_EXPORT_INTERVAL, env, METRIC_EXPORT_INTERVAL_MS)
-    if interval_ms == 0:
-        raise ConfigError(f"{ENV_METRIC_EXPORT_INTERVAL}=0: the metric export interval must be > 0 milliseconds")
-    shutdown_ms = _millis(ENV_SHUTDOWN_TIMEOUT, env, SHUTDOWN_TIMEOUT_MS)
+    p = problems
+
+    def names(variable: str) -> list[str]:
+        return or_default(p, partial(exporter_names, variable, env), ["otlp"], "otlp")
+
+    trace_names = list(traces) if traces is not None else names(ENV_TRACES_EXPORTER)
+    metric_names = list(metrics_) if metrics_ is not None else names(ENV_METRICS_EXPORTER)
+    traces_protocol = or_default(p, partial(_protocol, ENV_TRACES_PROTOCOL, env), "http/protobuf")
+    metrics_protocol = or_default(p, partial(_protocol, ENV_METRICS_PROTOCOL, env), "http/protobuf")
+    traces_url = check_endpoint(ENV_TRACES_ENDPOINT, traces_protocol, env, p) if "otlp" in trace_names else None
+    metrics_url = check_endpoint(ENV_METRICS_ENDPOINT, metrics_protocol, env, p) if "otlp" in metric_names else None
+    interval_ms = or_default(p, partial(_interval, env), METRIC_EXPORT_INTERVAL_MS)
+    shutdown_ms = or_default(p, partial(_millis, ENV_SHUTDOWN_TIMEOUT, env, SHUTDOWN_TIMEOUT_MS), SHUTDOWN_TIMEOUT_MS)
     tally = ExportTally()
 
     resource = Resource.create(dict(resource_attributes or {}))
@@ -578,18 +606,24 @@ def providers(
         tracer_provider.add_span_processor(processor)
     for name in trace_names:
         span_exporter: Any = (
-            _otlp_span_exporter(traces_protocol, _timeout(ENV_TRACES_TIMEOUT, env), tally)
+            _otlp_span_exporter(
+                traces_protocol,
+                or_default(p, partial(_timeout, ENV_TRACES_TIMEOUT, env), EXPORT_TIMEOUT_S),
+                tally,
+                traces_url,
+            )
             if name == "otlp"
             else ConsoleSpanExporter()
         )
         tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
 
     readers: list[MetricReader] = []
-    metrics_timeout = _timeout(ENV_METRICS_TIMEOUT, env)
-    export_timeout_ms = _millis(ENV_METRIC_EXPORT_TIMEOUT, env, int(metrics_timeout * 1000))
+    metrics_timeout = or_default(p, partial(_timeout, ENV_METRICS_TIMEOUT, env), EXPORT_TIMEOUT_S)
+    timeout_ms = int(metrics_timeout * 1000)
+    export_timeout_ms = or_default(p, partial(_millis, ENV_METRIC_EXPORT_TIMEOUT, env, timeout_ms), timeout_ms)
     for name in metric_names:
         metric_exporter: Any = (
-            _otlp_metric_exporter(metrics_protocol, metrics_timeout, tally)
+            _otlp_metric_exporter(metrics_protocol, metrics_timeout, tally, metrics_url)
             if name == "otlp"
             else ConsoleMetricExporter()
         )
@@ -605,9 +639,9 @@ def providers(
     endpoint = quiet = None
     if "otlp" in trace_names or "otlp" in metric_names:
         endpoint = (
-            _endpoint(env, traces_protocol, ENV_TRACES_ENDPOINT)
+            (traces_url or _endpoint(env, traces_protocol, ENV_TRACES_ENDPOINT))
             if "otlp" in trace_names
-            else _endpoint(env, metrics_protocol, ENV_METRICS_ENDPOINT)
+            else (metrics_url or _endpoint(env, metrics_protocol, ENV_METRICS_ENDPOINT))
         )
         quiet = UnreachableFilter(endpoint)
         quiet.install()
@@ -639,10 +673,10 @@ def is_own_global(tracer_provider: object) -> bool:
     return _own is not None and tracer_provider is _own.tracer_provider
 
 
-def setup(environ: Mapping[str, str] | None = None) -> Export:
-    """Global SDK providers from the environment (see the module's docstring)."""
+def setup(environ: Mapping[str, str] | None = None, problems: list[str] | None = None) -> Export:
+    """Global SDK providers from the environment (see the module's docstring and :func:`providers`)."""
     global _own
-    export = providers(environ)
+    export = providers(environ, problems=problems)
     _own = export
     trace.set_tracer_provider(export.tracer_provider)
     metrics.set_meter_provider(export.meter_provider)

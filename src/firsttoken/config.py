@@ -1,19 +1,25 @@
 """Settings from keyword arguments and environment variables, validated in one place.
 
 An argument wins over its environment variable, which wins over the default. Anything malformed
-raises :class:`ConfigError` naming the setting, the value and what is accepted; ``instrument()``
-turns that into one warning and leaves the app uninstrumented rather than crash it.
+is a :class:`ConfigError` naming the setting, the value and what is accepted. Given a list of
+``problems`` (as ``instrument()`` gives), a malformed setting instead falls back to its default and
+its message goes on the list, so that one typo costs that setting, not all telemetry (as the
+OpenTelemetry SDK treats a bad ``OTEL_*`` value); ``instrument()`` warns once per problem.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 ENV_DISABLED = "FIRSTTOKEN_DISABLED"
 ENV_CHUNK_METRICS = "FIRSTTOKEN_CHUNK_METRICS"
@@ -23,6 +29,7 @@ ENV_PROVIDER_HOSTS = "FIRSTTOKEN_PROVIDER_HOSTS"
 ENV_CONTENT_MAX_LENGTH = "FIRSTTOKEN_CONTENT_MAX_LENGTH"
 ENV_METRIC_VALUE_LIMIT = "FIRSTTOKEN_METRIC_VALUE_LIMIT"
 ENV_TAIL_SHARE = "FIRSTTOKEN_TAIL_SHARE"
+ENV_SHUTDOWN_TIMEOUT = "FIRSTTOKEN_SHUTDOWN_TIMEOUT"
 ENV_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 ENV_OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 
@@ -66,6 +73,19 @@ class Settings:
     (1 = every call in the tail); the rest of the tail keeps its phase durations as attributes."""
 
 
+ENV_SETTINGS = (
+    ENV_DISABLED,
+    ENV_CHUNK_METRICS,
+    ENV_PHASE_SPANS,
+    ENV_WIRE_PHASES,
+    ENV_PROVIDER_HOSTS,
+    ENV_CONTENT_MAX_LENGTH,
+    ENV_METRIC_VALUE_LIMIT,
+    ENV_TAIL_SHARE,
+    ENV_SHUTDOWN_TIMEOUT,
+)
+"""Every ``FIRSTTOKEN_*`` variable ``instrument()`` reads."""
+
 _OPTIONS = {
     "chunk_metrics",
     "phase_spans",
@@ -76,6 +96,39 @@ _OPTIONS = {
     "metric_value_limit",
     "tail_share",
 }
+
+
+def or_default(problems: list[str] | None, read: Callable[[], T], default: T, said: str | None = None) -> T:
+    """``read()``. When it finds its setting malformed: raise, or, given a list of ``problems``, add
+    the message to it (ending with the default used, ``said`` or the default's repr) and use ``default``."""
+    try:
+        return read()
+    except ConfigError as exc:
+        if problems is None:
+            raise
+        problems.append(f"{exc}; using the default, {default!r}" if said is None else f"{exc}; using {said}")
+        return default
+
+
+def _closest(name: str, names: Collection[str]) -> str:
+    """`` (did you mean X?)`` naming the real name closest to a misspelt ``name``, or nothing."""
+    found = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
+    return f" (did you mean {found[0]}?)" if found else ""
+
+
+def misspelt_variables(environ: Mapping[str, str]) -> list[str]:
+    """One message per ``FIRSTTOKEN_*`` variable that is close to a real setting's name but is not
+    one (``FIRSTTOKEN_PHASESPANS``): it would be silently ignored. Names far from every setting
+    (the project's own test and build variables, an app's) are left alone."""
+    messages = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith("FIRSTTOKEN_") or name in ENV_SETTINGS:
+            continue
+        found = difflib.get_close_matches(upper, ENV_SETTINGS, n=1, cutoff=0.8)
+        if found:
+            messages.append(f"{name} is not a firsttoken setting and is ignored: did you mean {found[0]}?")
+    return messages
 
 
 def _env(name: str, environ: Mapping[str, str]) -> str | None:
@@ -196,12 +249,13 @@ def parse_provider_hosts(raw: str) -> dict[str, str]:
     return hosts
 
 
-def is_disabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the environment switches firsttoken (or the whole OpenTelemetry SDK) off."""
+def is_disabled(environ: Mapping[str, str] | None = None, problems: list[str] | None = None) -> bool:
+    """Whether the environment switches firsttoken (or the whole OpenTelemetry SDK) off. A value that
+    is not a boolean does not (the default), said in ``problems`` when given, else raised."""
     env = os.environ if environ is None else environ
     for name in (ENV_DISABLED, ENV_OTEL_SDK_DISABLED):
         raw = _env(name, env)
-        if raw is not None and parse_bool(name, raw):
+        if raw is not None and or_default(problems, partial(parse_bool, name, raw), False, "false"):
             return True
     return False
 
@@ -211,59 +265,84 @@ def load(
     capture_content: bool | None = None,
     options: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    problems: list[str] | None = None,
 ) -> Settings:
-    """Build :class:`Settings` from ``instrument()`` arguments and the environment."""
+    """Build :class:`Settings` from ``instrument()`` arguments and the environment. With a list of
+    ``problems``, a malformed setting falls back to its default and says so there (see the module);
+    without, it raises :class:`ConfigError`."""
     env = os.environ if environ is None else environ
     opts = dict(options or {})
     unknown = sorted(set(opts) - _OPTIONS)
     if unknown:
-        raise ConfigError(
-            f"unknown option(s) {', '.join(unknown)}; firsttoken.instrument() accepts "
-            f"capture_content, {', '.join(sorted(_OPTIONS))}"
+        said = "; ".join(f"{name}{_closest(name, _OPTIONS | {'capture_content'})}" for name in unknown)
+        message = (
+            f"unknown option(s) {said}; firsttoken.instrument() accepts capture_content, {', '.join(sorted(_OPTIONS))}"
         )
+        if problems is None:
+            raise ConfigError(message)
+        problems.append(f"{message}; ignored")
+        for name in unknown:
+            del opts[name]
+    if problems is not None:
+        problems.extend(misspelt_variables(env))
 
-    if capture_content is not None:
-        if not isinstance(capture_content, bool):
-            raise ConfigError(f"capture_content={capture_content!r} must be True or False")
-        capture = capture_content
-    else:
+    def capture() -> bool:
+        if capture_content is not None:
+            if not isinstance(capture_content, bool):
+                raise ConfigError(f"capture_content={capture_content!r} must be True or False")
+            return capture_content
         raw = _env(ENV_CAPTURE_CONTENT, env)
-        capture = False if raw is None else parse_capture_content(raw)
+        return False if raw is None else parse_capture_content(raw)
 
-    hosts_opt = opts.get("provider_hosts")
-    if hosts_opt is None:
-        raw = _env(ENV_PROVIDER_HOSTS, env)
-        hosts = {} if raw is None else parse_provider_hosts(raw)
-    elif isinstance(hosts_opt, Mapping) and all(
-        isinstance(k, str) and isinstance(v, str) and k and v for k, v in hosts_opt.items()
-    ):
-        hosts = {k.lower(): v for k, v in hosts_opt.items()}
-    else:
+    def hosts() -> dict[str, str]:
+        hosts_opt = opts.get("provider_hosts")
+        if hosts_opt is None:
+            raw = _env(ENV_PROVIDER_HOSTS, env)
+            return {} if raw is None else parse_provider_hosts(raw)
+        if isinstance(hosts_opt, Mapping) and all(
+            isinstance(k, str) and isinstance(v, str) and k and v for k, v in hosts_opt.items()
+        ):
+            return {k.lower(): v for k, v in hosts_opt.items()}
         raise ConfigError(f"provider_hosts={hosts_opt!r} must map host names to provider names")
 
-    max_len = _int_option(
-        "content_max_length", ENV_CONTENT_MAX_LENGTH, opts.get("content_max_length"), env,
-        Settings.content_max_length, 16, "is too small: use at least 16 characters",
-    )  # fmt: skip
-    value_limit = _int_option(
-        "metric_value_limit", ENV_METRIC_VALUE_LIMIT, opts.get("metric_value_limit"), env,
-        Settings.metric_value_limit, 1, "must be an integer of at least 1",
-    )  # fmt: skip
+    def redact() -> Redactor | None:
+        value = opts.get("redact")
+        if value is not None and not callable(value):
+            raise ConfigError(f"redact={value!r} must be a callable (attribute_name, text) -> text | None")
+        return value
 
-    redact = opts.get("redact")
-    if redact is not None and not callable(redact):
-        raise ConfigError(f"redact={redact!r} must be a callable (attribute_name, text) -> text | None")
+    def max_length() -> int:
+        return _int_option(
+            "content_max_length", ENV_CONTENT_MAX_LENGTH, opts.get("content_max_length"), env,
+            Settings.content_max_length, 16, "is too small: use at least 16 characters",
+        )  # fmt: skip
 
+    def value_limit() -> int:
+        return _int_option(
+            "metric_value_limit", ENV_METRIC_VALUE_LIMIT, opts.get("metric_value_limit"), env,
+            Settings.metric_value_limit, 1, "must be an integer of at least 1",
+        )  # fmt: skip
+
+    d = Settings()
+    p = problems
+    capturing = or_default(p, capture, d.capture_content, "no content capture")
+    # A redactor that cannot be used must not mean content recorded unredacted: none is recorded.
+    redactor = or_default(p, redact, None, "no content capture (a redactor was meant to run)")
+    if opts.get("redact") is not None and redactor is None:
+        capturing = False
+    chunks = partial(_bool_option, "chunk_metrics", ENV_CHUNK_METRICS, opts.get("chunk_metrics"), env, False)
+    wire = partial(_bool_option, "wire_phases", ENV_WIRE_PHASES, opts.get("wire_phases"), env, True)
+    share = partial(_share_option, "tail_share", ENV_TAIL_SHARE, opts.get("tail_share"), env, d.tail_share)
     return Settings(
-        capture_content=capture,
-        chunk_metrics=_bool_option("chunk_metrics", ENV_CHUNK_METRICS, opts.get("chunk_metrics"), env, False),
-        phase_spans=_phase_spans(opts.get("phase_spans"), env),
-        wire_phases=_bool_option("wire_phases", ENV_WIRE_PHASES, opts.get("wire_phases"), env, True),
-        provider_hosts=hosts,
-        content_max_length=max_len,
-        redact=redact,
-        metric_value_limit=value_limit,
-        tail_share=_share_option("tail_share", ENV_TAIL_SHARE, opts.get("tail_share"), env, Settings.tail_share),
+        capture_content=capturing,
+        chunk_metrics=or_default(p, chunks, d.chunk_metrics),
+        phase_spans=or_default(p, partial(_phase_spans, opts.get("phase_spans"), env), d.phase_spans),
+        wire_phases=or_default(p, wire, d.wire_phases),
+        provider_hosts=or_default(p, hosts, {}, "no host mapping beyond the built-in one"),
+        content_max_length=or_default(p, max_length, d.content_max_length),
+        redact=redactor,
+        metric_value_limit=or_default(p, value_limit, d.metric_value_limit),
+        tail_share=or_default(p, share, d.tail_share),
     )
 
 

@@ -495,6 +495,8 @@ class Recorder:
             cuts.append((tl.first_token_ns, sc.PHASE_WAIT_FIRST_TOKEN))
         if tl.last_token_ns is not None and tl.last_token_ns != tl.first_token_ns:
             cuts.append((tl.last_token_ns, sc.PHASE_DECODE))
+        elif tl.first_token_ns is None and tl.stream and tl.last_chunk_ns is not None:
+            cuts.append((tl.last_chunk_ns, sc.PHASE_WAIT_NO_OUTPUT))  # not "finish": hidden reasoning, say
         cuts.sort(key=_AT)  # by time only: cuts at the same moment keep the order they were made in
         cuts.append((end_ns, sc.PHASE_FINISH))
         out: list[tuple[int, int, str]] = []

@@ -216,8 +216,11 @@ PHASE_WAIT_FIRST_TOKEN: Final = "wait_first_token"
 """Response headers -> first output token (queue and prefill the server did after headers)."""
 PHASE_DECODE: Final = "decode"
 """First output token -> last output token."""
+PHASE_WAIT_NO_OUTPUT: Final = "wait_no_output"
+"""Response headers -> the last chunk of a stream that carried no output token: waiting for output
+that never came (for a reasoning model whose whole output budget went on reasoning, the hidden reasoning)."""
 PHASE_FINISH: Final = "finish"
-"""Last output token -> end of the call (trailing usage chunk, stream close)."""
+"""Last output token (or last chunk) -> end of the call (trailing usage chunk, parsing, stream close)."""
 CONNECTION_SETUP_PHASES: Final = frozenset({PHASE_DNS, PHASE_TCP_CONNECT, PHASE_TLS_HANDSHAKE, PHASE_CONNECT})
 """The phases of opening a connection."""
 

@@ -42,11 +42,14 @@ from .bench_run import (
     Sample,
     Target,
 )
+from .report import terminal_width, wrap
 from .usage import OneLineParser
 
 APIS = ("openai", "anthropic", "gemini")
 BUSY_WARNING = 0.5
 """Above this share of a core busy, a Python client's own CPU visibly delays what it measures."""
+BUSY_MIN_WALL_S = 1.0
+"""Shorter runs are mostly start-up (imports, the first connection): their CPU share says nothing."""
 SDK_REQUIREMENT = {"openai": "openai>=3.0,<4", "anthropic": "anthropic>=2.0,<3", "gemini": "google-genai>=1.20"}
 """What to install for each API: the same requirement as firsttoken's extra of that name."""
 SDK_MODULE = {"openai": "openai", "anthropic": "anthropic", "gemini": "google.genai"}
@@ -612,17 +615,21 @@ def _report(
         by_target.setdefault(s.target, []).append(s)
     summaries = {name: summarize(name, ss) for name, ss in by_target.items()}
     load = f"concurrency {concurrency}" if concurrency is not None else f"open loop at {args.rate:g} req/s"
+    width = terminal_width()
     blocks = [
-        f"firsttoken bench: {sum(1 for s in samples if not s.warmup)} measured requests "
-        f"({sum(1 for s in samples if s.warmup)} warm-up), {load}, "
-        f"{'streamed' if args.stream else 'not streamed'}, max_tokens {args.max_tokens}",
+        *wrap(
+            f"firsttoken bench: {sum(1 for s in samples if not s.warmup)} measured requests "
+            f"({sum(1 for s in samples if s.warmup)} warm-up), {load}, "
+            f"{'streamed' if args.stream else 'not streamed'}, max_tokens {args.max_tokens}",
+            width,
+        ),
         "",
     ]
     for name, summary in summaries.items():
         desc = (
             targets[name].describe() if name in targets else "raced: the first of " + ", ".join(race[1] if race else [])
         )
-        blocks += [render_summary(summary, desc), ""]
+        blocks += [render_summary(summary, desc, width), ""]
     comparison: list[dict[str, Any]] = []
     if args.compare:
         comparison = compare(lanes, by_target, args.seed)
@@ -633,13 +640,17 @@ def _report(
         blocks += [render_race(race_info, summaries), ""]
     busy = client["busy_share"]
     if busy is not None:
-        blocks.append(
-            f"This process used {client['cpu_s']:.1f} s of CPU in {client['wall_s']:.1f} s ({busy:.0%} of a core)."
+        blocks += wrap(
+            f"This process used {client['cpu_s']:.1f} s of CPU in {client['wall_s']:.1f} s ({busy:.0%} of a core).",
+            width,
         )
-        if busy > BUSY_WARNING:
-            blocks.append(
+        # Only about latencies there are, over a run long enough for start-up not to be most of it.
+        timed = any(s.ok for s in summaries.values())
+        if busy > BUSY_WARNING and timed and client["wall_s"] >= BUSY_MIN_WALL_S:
+            blocks += wrap(
                 "Warning: the client was busy most of the time, so the latencies above include waiting for its own "
-                "CPU (the SDK's per-chunk work, mostly); lower --concurrency or --rate, or run several processes."
+                "CPU (the SDK's per-chunk work, mostly); lower --concurrency or --rate, or run several processes.",
+                width,
             )
     print("\n".join(blocks).rstrip())
     document = {

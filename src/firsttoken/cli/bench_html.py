@@ -13,9 +13,8 @@ import json
 import time
 from typing import Any
 
-from .bench_out import document_from_spans, verdict
+from .bench_out import at_percentile, document_from_spans, verdict
 from .palette import phase_colour, phase_order
-from .report import percentile
 
 
 class ReportError(Exception):
@@ -37,12 +36,9 @@ def _cdf(values: list[float]) -> tuple[list[float], list[float]]:
 
 
 def _nearest(requests: list[dict[str, Any]], q: float) -> dict[str, Any] | None:
+    """The request at the ``q``-th percentile, picked as the terminal report picks its median."""
     done = [r for r in requests if r.get("ok") and r.get("e2e_s") is not None]
-    if not done:
-        return None
-    target = percentile([r["e2e_s"] for r in done], q)
-    assert target is not None
-    return min(done, key=lambda r: abs(r["e2e_s"] - target))
+    return at_percentile(sorted(done, key=lambda r: (r["e2e_s"], r["seq"])), q)  # type: ignore[no-any-return]
 
 
 TARGET_COLOURS = (

@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import semconv as sc
 from .bench_run import SETUP_PHASES, Collector, Sample, fill, is_call
-from .report import percentile
+from .report import DEFAULT_WIDTH, pack, percentile, wrap
 
 QUANTILES = (50, 90, 95, 99)
 METRICS = (
@@ -83,6 +83,12 @@ class Summary:
         }
 
 
+def at_percentile(ranked: Sequence[Any], q: float) -> Any:
+    """The item at the ``q``-th percentile's rank (rounded down) of items sorted by end-to-end then
+    request number: one request, the same one in the terminal, the JSON and the HTML report."""
+    return ranked[int((len(ranked) - 1) * q / 100)] if ranked else None
+
+
 def summarize(target: str, samples: Sequence[Sample]) -> Summary:
     measured = [s for s in samples if not s.warmup]
     ok = [s for s in measured if s.ok]
@@ -102,7 +108,7 @@ def summarize(target: str, samples: Sequence[Sample]) -> Summary:
         q["max"] = max(vals) if vals else None
         q["n"] = float(len(vals))
         quantiles[metric] = q
-    by_e2e = sorted((s for s in ok if s.e2e_s is not None), key=lambda s: s.e2e_s or 0.0)
+    by_e2e = sorted((s for s in ok if s.e2e_s is not None), key=lambda s: (s.e2e_s or 0.0, s.seq))
     return Summary(
         target=target,
         n=len(measured),
@@ -112,7 +118,7 @@ def summarize(target: str, samples: Sequence[Sample]) -> Summary:
         cache_hit_ratio=cached / inputs if inputs else None,
         setup_share=setup / e2e if e2e else None,
         quantiles=quantiles,
-        median=by_e2e[(len(by_e2e) - 1) // 2] if by_e2e else None,
+        median=at_percentile(by_e2e, 50),
         slowest=by_e2e[-1] if by_e2e else None,
     )
 
@@ -124,24 +130,30 @@ def _num(v: float | None, scale: float) -> str:
     return f"{x:.1f}" if abs(x) < 1000 else f"{x:.0f}"
 
 
-def _phases(sample: Sample) -> str:
+def _phases(sample: Sample) -> list[str]:
     totals: dict[str, float] = {}
     for name, _, d in sample.phases:
         totals[name] = totals.get(name, 0.0) + d
-    return ", ".join(f"{name} {d * 1000:.1f}" for name, d in totals.items())
+    return [f"{name} {d * 1000:.1f}" for name, d in totals.items()]
 
 
-def render_summary(s: Summary, description: str) -> str:
-    lines = [f"{s.target}: {description}"]
+def render_summary(s: Summary, description: str, width: int = DEFAULT_WIDTH) -> str:
+    """One target's block, every line within ``width`` columns (values are never broken)."""
+    lines = wrap(f"{s.target}: {description}", width, subsequent="  ")
     err = ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "0"
     hit = "-" if s.cache_hit_ratio is None else f"{s.cache_hit_ratio:.0%}"
     setup = "-" if s.setup_share is None else f"{s.setup_share:.1%}"
-    lines.append(
-        f"  requests {s.n}, ok {s.ok}, errors {err}, retries {s.retries}, "
-        f"cache hit {hit}, connection set-up {setup} of end-to-end"
-    )
+    facts = [f"requests {s.n}", f"ok {s.ok}", f"errors {err}", f"retries {s.retries}", f"cache hit {hit}"]
+    lines += pack([*facts, f"connection set-up {setup} of end-to-end"], width, indent="  ")
+    if s.ok == 0:
+        lines += wrap("  (no request succeeded: no latencies to show)", width, subsequent="   ")
+        return "\n".join(lines)
     if s.ok < s.n:
-        lines.append(f"  (the percentiles are of the {s.ok} ok requests; the {s.n - s.ok} failed are left out)")
+        lines += wrap(
+            f"  (the percentiles are of the {s.ok} ok requests; the {s.n - s.ok} failed are left out)",
+            width,
+            subsequent="   ",
+        )
     header = ("", "n", *(f"p{p}" for p in QUANTILES), "max")
     rows: list[tuple[str, ...]] = [header]
     for metric, label, scale in METRICS:
@@ -158,7 +170,8 @@ def render_summary(s: Summary, description: str) -> str:
         lines.append("  " + "  ".join(cells).rstrip())
     for label, sample in (("median", s.median), ("slowest", s.slowest)):
         if sample is not None and sample.e2e_s is not None:
-            lines.append(f"  {label} request #{sample.seq} ({sample.e2e_s * 1000:.1f} ms), ms: {_phases(sample)}")
+            lines.append(f"  {label} request #{sample.seq} ({sample.e2e_s * 1000:.1f} ms), ms:")
+            lines += pack(_phases(sample), width, indent="    ")
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ PHASES: tuple[str, ...] = (
     sc.PHASE_RETRY_WAIT,
     sc.PHASE_WAIT_FIRST_TOKEN,
     sc.PHASE_DECODE,
+    sc.PHASE_WAIT_NO_OUTPUT,
     sc.PHASE_FINISH,
 )
 """The call's phases in wire order: the order of a legend and of a stacked bar."""
@@ -41,6 +42,7 @@ PHASE_COLOURS: dict[str, str] = {
     sc.PHASE_RETRY_WAIT: "#d62728",  # red: time lost to failures
     sc.PHASE_WAIT_FIRST_TOKEN: "#ffbb78",  # light orange: still waiting, after the headers
     sc.PHASE_DECODE: "#98df8a",  # light green: tokens arriving
+    sc.PHASE_WAIT_NO_OUTPUT: "#ffd92f",  # yellow: waiting, and no output came
     sc.PHASE_FINISH: "#e377c2",  # pink
 }
 

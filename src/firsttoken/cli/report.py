@@ -169,6 +169,33 @@ def table(rows: Sequence[Sequence[str]], *, left: int = 1, groups: Sequence[tupl
     return out
 
 
+def fitted(rows: Sequence[Sequence[str]], width: int, *, left: int = 1) -> list[str]:
+    """:func:`table`, split into tables of fewer columns (each repeating the first ``left``) when it
+    is wider than ``width``, one under the other."""
+    whole = table(rows, left=left)
+    if max(len(line) for line in whole) <= width:
+        return whole
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    keys = sum(widths[:left]) + 2 * left
+    parts: list[list[int]] = [[]]
+    for i in range(left, len(widths)):
+        used = keys + sum(widths[j] + 2 for j in parts[-1])
+        if parts[-1] and used + widths[i] > width:
+            parts.append([])
+        parts[-1].append(i)
+    # As many tables as needed, with the columns shared out evenly (not a lone last column).
+    values = list(range(left, len(widths)))
+    size = -(-len(values) // len(parts))
+    even = [values[n : n + size] for n in range(0, len(values), size)]
+    if len(even) == len(parts) and all(keys + sum(widths[j] + 2 for j in cols) - 2 <= width for cols in even):
+        parts = even
+    out: list[str] = []
+    for n, columns in enumerate(parts):
+        picked = [*range(left), *columns]
+        out += ([""] if n else []) + table([[row[i] for i in picked] for row in rows], left=left)
+    return out
+
+
 def render(stats: dict[tuple[str, str], ModelStats], *, title: str, width: int = DEFAULT_WIDTH) -> str:
     """Two tables, one row per provider and model: the calls, then their latency percentiles."""
     few = set()
@@ -195,7 +222,7 @@ def render(stats: dict[tuple[str, str], ModelStats], *, title: str, width: int =
         )
         values = [_ms(percentile(v, q)) for v in (s.ttft, s.tpot, s.e2e) for q in (50, 95, 99)]
         latency.append((f"{model}{mark}", *values))
-    lines = [*wrap(title, width), "", *table(counts, left=2), ""]
+    lines = [*wrap(title, width), "", *fitted(counts, width, left=2), ""]
     lines += wrap("Latency in ms of the calls that succeeded (failed calls are counted above, not timed here):", width)
     lines += [
         "",
@@ -257,4 +284,12 @@ def where_the_time_went(spans: Iterable[Any], *, width: int = DEFAULT_WIDTH) -> 
             subsequent="    ",
         )
         lines += pack(parts, width)
+    if any(f"{prefix}{sc.PHASE_WAIT_NO_OUTPUT}" in call.attributes for _, call in picks):
+        lines += wrap(
+            f"{sc.PHASE_WAIT_NO_OUTPUT}: the stream carried no output token (no TTFT): waiting for output that "
+            "never came; for a reasoning model, hidden reasoning that used up the output budget",
+            width,
+            indent="  ",
+            subsequent="  ",
+        )
     return lines

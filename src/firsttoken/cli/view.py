@@ -7,14 +7,16 @@ import sys
 from .usage import OneLineParser
 
 
-def _positive(kind: type, what: str):  # type: ignore[no-untyped-def]
+def _positive(kind: type, what: str, zero: bool = False):  # type: ignore[no-untyped-def]
+    said = "a number >= 0" if zero else "a positive number"
+
     def parse(text: str) -> object:
         try:
             value = kind(text)
         except ValueError:
-            raise ValueError(f"{what} must be a positive number, not {text!r}") from None
-        if value <= 0:
-            raise ValueError(f"{what} must be a positive number, not {text!r}")
+            raise ValueError(f"{what} must be {said}, not {text!r}") from None
+        if value < 0 or (value == 0 and not zero):
+            raise ValueError(f"{what} must be {said}, not {text!r}")
         return value
 
     parse.__name__ = what
@@ -30,7 +32,10 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--host", default=view.DEFAULT_HOST, help="address to listen on (default: 127.0.0.1)")
     parser.add_argument(
-        "--port", type=_positive(int, "--port"), default=view.DEFAULT_PORT, help="port (default: 4318, OTLP/HTTP's)"
+        "--port",
+        type=_positive(int, "--port", zero=True),
+        default=view.DEFAULT_PORT,
+        help="port (default: 4318, OTLP/HTTP's; 0: any free port)",
     )
     parser.add_argument("--db", help=f"SQLite file to keep the calls in (default: {view.default_db()})")
     parser.add_argument(

@@ -4,7 +4,6 @@ plain span records (ids as hex, attributes as Python values)."""
 from __future__ import annotations
 
 import base64
-import gzip
 import json
 import zlib
 from dataclasses import dataclass
@@ -13,7 +12,10 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -21,6 +23,10 @@ JSON = "application/json"
 
 class BadRequest(Exception):
     """The body is not a valid OTLP request: the reason goes back to the sender with a 400."""
+
+
+class TooLarge(Exception):
+    """The body, or what it inflates to, is over the viewer's limit: a 413."""
 
 
 class Unsupported(Exception):
@@ -39,6 +45,7 @@ class SpanRecord:
     attributes: dict[str, Any]
     service: str
     instance: str
+    status_message: str = ""
 
 
 def _value(v: Any) -> Any:
@@ -75,18 +82,34 @@ def _hex_to_base64(obj: Any) -> Any:
     return obj
 
 
-def decode_body(body: bytes, encoding: str | None) -> bytes:
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def decode_body(body: bytes, encoding: str | None, limit: int) -> bytes:
+    """The body inflated, stopping as soon as it passes ``limit`` bytes (a small gzip body can inflate
+    a thousandfold: nothing past the limit is ever held). gzip may have several members."""
     encoding = (encoding or "identity").strip().lower()
     if encoding == "identity":
         return body
+    if encoding not in _WBITS:
+        raise Unsupported(f"content-encoding {encoding!r} is not supported (gzip, deflate or none)")
+    out = bytearray()
+    rest = body
     try:
-        if encoding == "gzip":
-            return gzip.decompress(body)
-        if encoding == "deflate":
-            return zlib.decompress(body)
-    except (OSError, zlib.error, EOFError) as exc:
+        while True:
+            inflater = zlib.decompressobj(_WBITS[encoding])
+            out += inflater.decompress(rest, limit + 1 - len(out))
+            if len(out) > limit:
+                raise TooLarge(f"the body inflates past the viewer's limit of {limit} bytes")
+            if not inflater.eof:
+                if inflater.unconsumed_tail:  # exactly at the limit with more to come
+                    raise TooLarge(f"the body inflates past the viewer's limit of {limit} bytes")
+                raise BadRequest(f"the body is not valid {encoding}: it ends early")
+            rest = inflater.unused_data
+            if encoding != "gzip" or not rest.strip(b"\0"):
+                return bytes(out)
+    except zlib.error as exc:
         raise BadRequest(f"the body is not valid {encoding}: {exc}") from None
-    raise Unsupported(f"content-encoding {encoding!r} is not supported (gzip, deflate or none)")
 
 
 def _parse(message: Any, body: bytes, content_type: str | None) -> Any:
@@ -102,12 +125,16 @@ def _parse(message: Any, body: bytes, content_type: str | None) -> Any:
             data = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadRequest(f"not JSON: {exc}") from None
+        except RecursionError:
+            raise BadRequest("not an OTLP/JSON request: nested too deeply") from None
         if not isinstance(data, dict):
             raise BadRequest("an OTLP/JSON request is an object")
         try:
             json_format.ParseDict(_hex_to_base64(data), message, ignore_unknown_fields=True)
         except json_format.ParseError as exc:
             raise BadRequest(f"not an OTLP/JSON request: {exc}") from None
+        except RecursionError:
+            raise BadRequest("not an OTLP/JSON request: nested too deeply") from None
         return message
     raise Unsupported(f"content-type {content_type!r}: send {PROTOBUF} or {JSON}")
 
@@ -135,6 +162,7 @@ def parse_traces(body: bytes, content_type: str | None) -> list[SpanRecord]:
                         attributes=_attributes(span.attributes),
                         service=service,
                         instance=instance,
+                        status_message=span.status.message,
                     )
                 )
     return out
@@ -146,9 +174,15 @@ def parse_metrics(body: bytes, content_type: str | None) -> int:
     return sum(len(m.ListFields()) for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
 
 
-def response_body(content_type: str | None) -> tuple[str, bytes]:
-    """An empty Export*ServiceResponse (full success), in the request's encoding."""
+def response_body(content_type: str | None, rejected: int = 0, message: str = "") -> tuple[str, bytes]:
+    """An Export*ServiceResponse in the request's encoding: full success, or a partial success with the
+    ``rejected`` span count and why (OTLP's way to tell the sender, who logs it, not to retry)."""
     kind = (content_type or "").split(";", 1)[0].strip().lower()
     if kind == JSON:
-        return JSON, b"{}"
-    return PROTOBUF, b""
+        partial = {"partialSuccess": {"rejectedSpans": str(rejected), "errorMessage": message}}
+        return JSON, json.dumps(partial if rejected else {}).encode()
+    response = ExportTraceServiceResponse()
+    if rejected:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    return PROTOBUF, response.SerializeToString()

@@ -50,6 +50,8 @@ token after the first. Cache hit: cached share of the input tokens.</p>
 <div id="over-time"></div>
 <h2>Slowest calls <span class="note">(click one for its waterfall)</span></h2>
 <table id="slowest"></table>
+<h2>Failed calls <span class="note">(the latest; click one to open it)</span></h2>
+<table id="errors"></table>
 <div id="detail" hidden>
   <h2 id="detail-title"></h2>
   <div id="waterfall"></div>
@@ -92,16 +94,47 @@ function actionsTable(rows) {
   $("actions").innerHTML = rows.length ? out : "<tr><td>No firsttoken.action() spans in this window.</td></tr>";
 }
 
+// One colour per group, the same for its TTFT line and its calls/s bars (plotly's own ten, in order).
+const GROUP_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+  "#bcbd22", "#17becf"];
+
+// An axis from 0 with round ticks (1, 2 or 5 times a power of ten), about four of them.
+function niceAxis(max) {
+  if (!(max > 0)) max = 1;
+  const raw = max / 4, power = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw);
+  return {range: [0, Math.ceil(max * 1.05 / step) * step], dtick: step, tick0: 0, tickmode: "linear"};
+}
+
 function overTime(series) {
-  const traces = [];
-  for (const [key, g] of Object.entries(series.groups)) {
-    traces.push({type: "scatter", mode: "lines+markers", name: `${key} TTFT p95`, connectgaps: false,
-      x: series.t_ms.map((t) => new Date(t)), y: g.ttft_p95.map((v) => v === null ? null : v * 1000)});
-    traces.push({type: "bar", name: `${key} calls/s`, yaxis: "y2", opacity: 0.3,
-      x: series.t_ms.map((t) => new Date(t)), y: g.calls_per_s});
+  const traces = [], groups = Object.entries(series.groups);
+  const x = series.t_ms.map((t) => new Date(t));
+  let ttftMax = 0;
+  const stacked = series.t_ms.map(() => 0);
+  groups.forEach(([key, g], n) => {
+    const colour = GROUP_COLOURS[n % GROUP_COLOURS.length];
+    const ttft = g.ttft_p95.map((v) => v === null ? null : v * 1000);
+    for (const v of ttft) if (v !== null) ttftMax = Math.max(ttftMax, v);
+    g.calls_per_s.forEach((v, i) => { stacked[i] += v; });
+    traces.push({type: "scatter", mode: "lines+markers", name: `${key} TTFT p95`, connectgaps: false, x, y: ttft,
+      line: {color: colour}, marker: {color: colour}, legendgroup: key});
+    traces.push({type: "bar", name: `${key} calls/s`, yaxis: "y2", opacity: 0.3, x, y: g.calls_per_s,
+      marker: {color: colour}, legendgroup: key});
+  });
+  const plot = $("over-time");
+  plot.dataset.empty = groups.length ? "" : "yes";
+  if (!groups.length) {
+    Plotly.react(plot, [], {margin: {t: 10}, xaxis: {visible: false}, yaxis: {visible: false},
+      annotations: [{text: "No calls in this window yet.", showarrow: false, xref: "paper", yref: "paper",
+        x: 0.5, y: 0.5, font: {size: 15, color: "#666"}}]}, {responsive: true, displaylogo: false});
+    return;
   }
-  Plotly.react("over-time", traces, {margin: {t: 10, r: 60}, barmode: "stack",
-    yaxis: {title: {text: "TTFT p95 (ms)"}}, yaxis2: {title: {text: "calls/s"}, overlaying: "y", side: "right"},
+  // The top margin keeps plotly's toolbar above the plot, off the highest tick.
+  Plotly.react(plot, traces, {margin: {t: 40, r: 60}, barmode: "stack",
+    xaxis: {range: [new Date(series.t_ms[0] - series.bucket_s * 500), new Date(series.t_ms.at(-1) + series.bucket_s * 500)]},
+    yaxis: {title: {text: "TTFT p95 (ms)"}, ...niceAxis(ttftMax)},
+    yaxis2: {title: {text: "calls/s"}, overlaying: "y", side: "right", showgrid: false,
+      ...niceAxis(Math.max(...stacked))},
     legend: {orientation: "h", y: -0.2}}, {responsive: true, displaylogo: false});
 }
 
@@ -117,6 +150,25 @@ function slowestTable(rows) {
   }
   $("slowest").innerHTML = rows.length ? out : "<tr><td>No calls in this window yet.</td></tr>";
   for (const tr of document.querySelectorAll("#slowest tr.pick")) tr.onclick = () => show(tr.dataset.span);
+}
+
+function errorsTable(rows) {
+  let out = "<tr><th>when</th><th>app</th><th>provider</th><th>model</th><th>error type</th><th>status</th>" +
+    "<th>message</th><th>end-to-end</th></tr>";
+  for (const r of rows) {
+    const cls = "pick" + (r.span_id === chosen ? " chosen" : "");
+    out += `<tr class="${cls}" data-span="${r.span_id}"><td>${new Date(r.start_ns / 1e6).toLocaleTimeString()}</td>` +
+      `<td>${esc(r.service)}</td><td>${esc(r.provider)}</td><td>${esc(r.model)}</td>` +
+      `<td class="failed">${esc(r.error_type ?? "-")}</td><td>${esc(r.status ?? "-")}</td>` +
+      `<td>${esc(r.message ?? "-")}</td><td>${ms(r.e2e)}</td></tr>`;
+  }
+  $("errors").innerHTML = rows.length ? out : "<tr><td>No failed calls in this window.</td></tr>";
+  for (const tr of document.querySelectorAll("#errors tr.pick")) tr.onclick = () => show(tr.dataset.span);
+}
+
+function attrValue(k, v, seconds) {
+  if (seconds.includes(k) && typeof v === "number") return `${ms(v)} ms`;
+  return typeof v === "object" ? JSON.stringify(v) : v;
 }
 
 async function show(spanId) {
@@ -138,7 +190,7 @@ async function show(spanId) {
     "No phase spans were sampled for this call: its phases are drawn end to end from the phase durations " +
     "every call span carries (firsttoken.phase_duration.*).";
   $("attrs").innerHTML = Object.entries(call.attrs).sort().map(([k, v]) =>
-    `<tr><td>${esc(k)}</td><td>${esc(typeof v === "object" ? JSON.stringify(v) : v)}</td></tr>`).join("");
+    `<tr><td>${esc(k)}</td><td>${esc(attrValue(k, v, call.seconds))}</td></tr>`).join("");
   const a = call.action;
   $("action").innerHTML = a === null ? "<p class='note'>This call ran outside any firsttoken.action().</p>" :
     `<p><b>${esc(a.name)}</b>: ${ms(a.duration_s)} ms, ${a.calls.length} LLM call(s)</p><table>` +
@@ -158,6 +210,7 @@ async function refresh() {
   actionsTable(data.actions);
   overTime(data.series);
   slowestTable(data.slowest);
+  errorsTable(data.errors);
   document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
 }
 for (const id of ["window", "group", "metric"]) $(id).onchange = refresh;

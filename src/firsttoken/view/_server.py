@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -14,11 +15,15 @@ from .. import semconv as sc
 from ..cli.palette import phase_colour, phase_order
 from . import _otlp
 from ._page import render
-from ._store import GROUPS, Store
+from ._store import FUTURE_S, GROUPS, Store
 
 log = logging.getLogger("firsttoken.view")
 
 WINDOWS = (300, 900, 3600, 21600, 86400, 604800)
+DRAIN_MAX = 256 * 1024 * 1024
+"""A body over the limit is still read (and dropped) up to this many bytes before the 413, so that a
+client that sends it all before reading the answer gets the 413 rather than a reset connection."""
+_CHUNK = 1 << 16
 
 
 class ViewServer(ThreadingHTTPServer):
@@ -40,10 +45,34 @@ class ViewServer(ThreadingHTTPServer):
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}"
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that leaves early (``curl ... | head``) is not the viewer's error: one debug line, no traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            log.debug("firsttoken view: %s left early (%s)", client_address[0], type(exc).__name__)
+            return
+        super().handle_error(request, client_address)
+
     def page(self) -> bytes:
         if self._page is None:
             self._page = render(self._plotly_js, self.url)
         return self._page
+
+
+_SECONDS = frozenset(
+    {
+        sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, sc.FT_TIME_TO_FIRST_TOKEN, sc.FT_TIME_PER_OUTPUT_TOKEN,
+        sc.FT_TIME_TO_RESPONSE_HEADERS, sc.FT_SERVER_QUEUE_TIME, sc.FT_SERVER_PROMPT_TIME,
+        sc.FT_SERVER_COMPLETION_TIME, sc.FT_SERVER_TOTAL_TIME, sc.FT_SERVER_INFERENCE_TIME,
+        sc.FT_SERVER_FIRST_TOKEN_TIME, sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN, sc.FT_SERVER_PROCESSING_TIME,
+        sc.FT_ACTION_LLM_TIME, sc.FT_ACTION_LLM_BUSY_TIME,
+    }
+)  # fmt: skip
+"""The call-span attributes in seconds (the page shows them in ms, as everything else on it)."""
+
+
+def _seconds(attrs: dict[str, Any]) -> list[str]:
+    return sorted(k for k in attrs if k in _SECONDS or k.startswith(sc.FT_PHASE_DURATION_PREFIX))
 
 
 def _from_durations(attrs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -98,23 +127,28 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if length > self.server.max_body:
+            self._drain(length)
             self._error(413, f"the body is {length} bytes, over the viewer's limit of {self.server.max_body}")
             self.close_connection = True
             return
         body = self.rfile.read(length)
         content_type = self.headers.get("Content-Type")
+        refused = 0
         try:
-            raw = _otlp.decode_body(body, self.headers.get("Content-Encoding"))
-            if len(raw) > self.server.max_body:
-                raise _otlp.BadRequest(f"the decompressed body is over the viewer's limit of {self.server.max_body}")
+            raw = _otlp.decode_body(body, self.headers.get("Content-Encoding"), self.server.max_body)
             if path == "/v1/traces":
                 records = _otlp.parse_traces(raw, content_type)
+                before = self.server.store.refused_future
                 self.server.store.add(records)
                 self.server.received_spans += len(records)
+                refused = self.server.store.refused_future - before
             elif path == "/v1/metrics":
                 _otlp.parse_metrics(raw, content_type)
             elif (content_type or "").split(";")[0].strip().lower() not in (_otlp.PROTOBUF, _otlp.JSON):
                 raise _otlp.Unsupported(f"content-type {content_type!r}")
+        except _otlp.TooLarge as exc:
+            self._error(413, str(exc))
+            return
         except _otlp.Unsupported as exc:
             self._error(415, str(exc))
             return
@@ -125,8 +159,21 @@ class Handler(BaseHTTPRequestHandler):
             log.exception("firsttoken view: storing a request failed")
             self._error(500, f"the viewer could not store this request: {type(exc).__name__}")
             return
-        kind, reply = _otlp.response_body(content_type)
+        why = f"{refused} span(s) start more than {FUTURE_S} s after the viewer's clock: not stored"
+        kind, reply = _otlp.response_body(content_type, refused, why)
         self._send(200, reply, kind)
+
+    def _drain(self, length: int) -> None:
+        """Read and drop up to ``DRAIN_MAX`` bytes of a body that will not be used."""
+        left = min(length, DRAIN_MAX)
+        try:
+            while left > 0:
+                chunk = self.rfile.read(min(_CHUNK, left))
+                if not chunk:
+                    return
+                left -= len(chunk)
+        except OSError:
+            pass
 
     # -- page and API --------------------------------------------------------------------------
 
@@ -150,9 +197,18 @@ class Handler(BaseHTTPRequestHandler):
                 call["phases"] = sorted(call["phases"], key=lambda p: (p["start_s"], phase_order(p["phase"])))
                 for p in call["phases"]:
                     p["colour"] = phase_colour(p["phase"])
+                call["seconds"] = _seconds(call["attrs"])
                 self._json(call)
             elif parts.path == "/healthz":
-                self._json({"stored_calls": self.server.store.count(), "received_spans": self.server.received_spans})
+                store = self.server.store
+                self._json(
+                    {
+                        "stored_calls": store.count(),
+                        "stored_spans": store.span_count(),
+                        "received_spans": self.server.received_spans,
+                        "refused_future_spans": store.refused_future,
+                    }
+                )
             else:
                 self._error(404, f"no such page {parts.path!r}")
         except ValueError as exc:
@@ -162,9 +218,10 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(value, default=str).encode())
 
     def _overview(self, query: dict[str, list[str]]) -> dict[str, Any]:
-        window = int(_arg(query, "window", "900"))
+        raw = _arg(query, "window", "900")
+        window = int(raw) if raw.isdigit() else None
         if window not in WINDOWS:
-            raise ValueError(f"window must be one of {WINDOWS} seconds")
+            raise ValueError(f"window={raw!r}: use one of {', '.join(map(str, WINDOWS))} (seconds)")
         group = _arg(query, "group", "model")
         if group not in GROUPS:
             raise ValueError(f"group must be one of {sorted(GROUPS)}")

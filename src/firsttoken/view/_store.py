@@ -44,6 +44,16 @@ GROUPS = {"model": "model", "provider": "provider", "traffic_class": "traffic_cl
 
 KIND_PHASE, KIND_ACTION, KIND_APP_PHASE = "phase", "action", "app_phase"
 
+SPANS_PER_CALL = 16
+"""Other spans kept per call the store may keep: a call's phase spans (up to 11) and its share of actions
+and app phases. Phase spans whose call span never came count here too, so they are bounded as well."""
+STATUS_MESSAGE = "otel.status_description"
+"""Where a span's status message is kept among its stored attributes (the name OpenTelemetry gives it
+in formats without a status field)."""
+FUTURE_S = 600
+"""Spans starting further than this ahead of the viewer's clock are not stored: a skewed or hostile
+sender would otherwise hold the newest places forever and push real calls out of the bounds."""
+
 
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
@@ -58,10 +68,11 @@ def _kind(attrs: dict[str, Any]) -> str | None:
         return "call"
     if sc.FT_PHASE in attrs:
         return KIND_PHASE
-    if sc.FT_ACTION_NAME in attrs:
-        return KIND_ACTION
+    # An app phase inside an action carries the action's name too: its own attribute decides first.
     if sc.FT_APP_PHASE in attrs:
         return KIND_APP_PHASE
+    if sc.FT_ACTION_NAME in attrs:
+        return KIND_ACTION
     return None
 
 
@@ -74,9 +85,22 @@ class Store:
         self.max_calls = max_calls
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+            # Stores written before app phases were told from actions: put them right.
+            self._db.execute(
+                "UPDATE spans SET kind = ? WHERE kind = ? AND json_extract(attrs, ?) IS NOT NULL",
+                (KIND_APP_PHASE, KIND_ACTION, f'$."{sc.FT_APP_PHASE}"'),
+            )
+            self._db.commit()
+            (self._calls,) = self._db.execute("SELECT COUNT(*) FROM calls").fetchone()
+            (self._spans,) = self._db.execute("SELECT COUNT(*) FROM spans").fetchone()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise sqlite3.DatabaseError(f"{path}: {exc}") from None
+        self.refused_future = 0
         self._since_trim = 0
 
     def close(self) -> None:
@@ -85,15 +109,23 @@ class Store:
 
     # -- ingest -------------------------------------------------------------------------------
 
-    def add(self, records: Iterable[SpanRecord]) -> int:
-        """Store the spans firsttoken makes (calls, phases, actions, app phases); returns how many."""
+    def add(self, records: Iterable[SpanRecord], now_ns: int | None = None) -> int:
+        """Store the spans firsttoken makes (calls, phases, actions, app phases), then hold the bounds;
+        returns how many were stored. Spans dated more than ``FUTURE_S`` after ``now_ns`` are refused
+        (counted in ``refused_future``)."""
         calls: list[tuple[Any, ...]] = []
         spans: list[tuple[Any, ...]] = []
+        latest = (time.time_ns() if now_ns is None else now_ns) + FUTURE_S * 1_000_000_000
         for r in records:
             a = r.attributes
             kind = _kind(a)
             if kind is None:
                 continue
+            if r.start_ns > latest:
+                self.refused_future += 1
+                continue
+            if r.status_message:
+                a = {**a, STATUS_MESSAGE: r.status_message}
             if kind == "call":
                 error = a.get(sc.ERROR_TYPE)
                 calls.append(
@@ -117,25 +149,49 @@ class Store:
         with self._lock:
             self._db.executemany(f"INSERT OR REPLACE INTO calls VALUES ({','.join('?' * 21)})", calls)
             self._db.executemany("INSERT OR REPLACE INTO spans VALUES (?,?,?,?,?,?,?,?,?)", spans)
+            # Counts from above (a replaced row counts twice): a real count is taken only when they pass a bound.
+            self._calls += len(calls)
+            self._spans += len(spans)
             self._since_trim += len(calls) + len(spans)
             if self._since_trim >= 5000:
                 self._trim()
+            elif self._calls > self.max_calls or self._spans > self.max_calls * SPANS_PER_CALL:
+                self._trim_rows()
             self._db.commit()
         return len(calls) + len(spans)
 
+    def _trim_rows(self) -> None:
+        """The oldest calls past ``max_calls`` and the oldest other spans past ``SPANS_PER_CALL`` times
+        that, exactly (ties in start time broken by arrival), and the spans older than the oldest call kept."""
+        (self._calls,) = self._db.execute("SELECT COUNT(*) FROM calls").fetchone()
+        if self._calls > self.max_calls:
+            self._db.execute(
+                "DELETE FROM calls WHERE rowid IN (SELECT rowid FROM calls ORDER BY start_ns, rowid LIMIT ?)",
+                (self._calls - self.max_calls,),
+            )
+            self._calls = self.max_calls
+            (edge,) = self._db.execute("SELECT MIN(start_ns) FROM calls").fetchone()
+            if edge is not None:
+                self._db.execute("DELETE FROM spans WHERE start_ns < ?", (edge,))
+        (self._spans,) = self._db.execute("SELECT COUNT(*) FROM spans").fetchone()
+        limit = self.max_calls * SPANS_PER_CALL
+        if self._spans > limit:
+            self._db.execute(
+                "DELETE FROM spans WHERE rowid IN (SELECT rowid FROM spans ORDER BY start_ns, rowid LIMIT ?)",
+                (self._spans - limit,),
+            )
+            self._spans = limit
+
     def _trim(self) -> None:
-        """Drop what is older than the age bound, then the oldest calls past the row bound."""
+        """Drop what is older than the age bound, and what is dated too far ahead (stored before that
+        was refused), then hold the row bounds."""
         self._since_trim = 0
-        cutoff = int((time.time() - self.max_age_s) * 1e9)
-        self._db.execute("DELETE FROM calls WHERE start_ns < ?", (cutoff,))
-        self._db.execute("DELETE FROM spans WHERE start_ns < ?", (cutoff,))
-        (count,) = self._db.execute("SELECT COUNT(*) FROM calls").fetchone()
-        if count > self.max_calls:
-            (edge,) = self._db.execute(
-                "SELECT start_ns FROM calls ORDER BY start_ns LIMIT 1 OFFSET ?", (count - self.max_calls,)
-            ).fetchone()
-            self._db.execute("DELETE FROM calls WHERE start_ns < ?", (edge,))
-            self._db.execute("DELETE FROM spans WHERE start_ns < ?", (edge,))
+        now = time.time_ns()
+        cutoff = now - int(self.max_age_s * 1e9)
+        latest = now + FUTURE_S * 1_000_000_000
+        for table in ("calls", "spans"):
+            self._db.execute(f"DELETE FROM {table} WHERE start_ns < ? OR start_ns > ?", (cutoff, latest))
+        self._trim_rows()
 
     def trim(self) -> None:
         with self._lock:
@@ -153,6 +209,11 @@ class Store:
     def count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+    def span_count(self) -> int:
+        """Phase, action and app phase spans stored."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM spans").fetchone()[0])
 
     def _window(self, since_ns: int, group: str) -> list[tuple[Any, ...]]:
         """(group key, start, e2e, ttft, tpot, failed, input tokens, cache reads) of the calls since ``since_ns``."""
@@ -187,44 +248,61 @@ class Store:
             out.append(entry)
         return out
 
+    @staticmethod
+    def buckets(since_ns: int, until_ns: int, buckets: int = 30) -> tuple[int, int]:
+        """(first bucket's start, bucket width): ``buckets`` slices of the window fixed in absolute
+        time (multiples of the width), the last one holding ``until_ns``, so that the same calls fall in
+        the same slices whenever the page asks."""
+        width = max(1, (until_ns - since_ns) // buckets)
+        return (until_ns // width - buckets + 1) * width, width
+
     def series(
         self, since_ns: int, until_ns: int, group: str, buckets: int = 30, rows: list[tuple[Any, ...]] | None = None
     ) -> dict[str, Any]:
-        """TTFT p95 and calls per second over time, per group, in ``buckets`` equal slices."""
-        width = max(1, (until_ns - since_ns) // buckets)
+        """TTFT p95 and calls per second over time, per group, in ``buckets`` slices fixed in absolute
+        time (see :meth:`buckets`; ``rows`` must reach back to the first one's start). The last slice,
+        still filling, has its calls per second over the part of it that has passed."""
+        first, width = self.buckets(since_ns, until_ns, buckets)
         cells: dict[str, list[list[float]]] = {}
         counts: dict[str, list[int]] = {}
-        for r in self._window(since_ns, group) if rows is None else rows:
+        for r in self._window(first, group) if rows is None else rows:
+            if r[1] < first:
+                continue
             key = "(none)" if r[0] is None else str(r[0])
-            i = min(buckets - 1, max(0, (r[1] - since_ns) // width))
+            i = min(buckets - 1, (r[1] - first) // width)
             if key not in cells:
                 cells[key] = [[] for _ in range(buckets)]
                 counts[key] = [0] * buckets
             counts[key][i] += 1
             if r[3] is not None and not r[5]:
                 cells[key][i].append(r[3])
-        times = [(since_ns + width * (i + 0.5)) / 1e6 for i in range(buckets)]
+        times = [(first + width * (i + 0.5)) / 1e6 for i in range(buckets)]
+        spans = [width / 1e9] * buckets
+        spans[-1] = max(1.0, (until_ns - (first + width * (buckets - 1))) / 1e9)
         return {
             "t_ms": times,
             "bucket_s": width / 1e9,
             "groups": {
                 key: {
                     "ttft_p95": [percentile(c, 95) for c in cs],
-                    "calls_per_s": [n / (width / 1e9) for n in counts[key]],
+                    "calls_per_s": [n / s for n, s in zip(counts[key], spans, strict=True)],
                 }
                 for key, cs in sorted(cells.items())
             },
         }
 
     def overview(self, since_ns: int, until_ns: int, group: str, metric: str) -> dict[str, Any]:
-        """What the page shows, from one read of the window's calls."""
-        rows = self._window(since_ns, group)
+        """What the page shows, from one read of the window's calls (reaching back to the first slice
+        of the chart over time, which may start a little before the window)."""
+        first, _ = self.buckets(since_ns, until_ns)
+        rows = self._window(min(first, since_ns), group)
         return {
             "stored": self.count(),
-            "summary": self.summary(since_ns, group, rows),
+            "summary": self.summary(since_ns, group, [r for r in rows if r[1] >= since_ns]),
             "actions": self.actions(since_ns),
             "series": self.series(since_ns, until_ns, group, rows=rows),
             "slowest": self.slowest(since_ns, metric, 20),
+            "errors": self.errors(since_ns, 20),
         }
 
     def actions(self, since_ns: int) -> list[dict[str, Any]]:
@@ -255,6 +333,21 @@ class Store:
             f"end_reason FROM calls WHERE start_ns >= ? AND {column} IS NOT NULL ORDER BY {column} DESC LIMIT ?",
             (since_ns, limit),
         )
+
+    def errors(self, since_ns: int, limit: int) -> list[dict[str, Any]]:
+        """The latest failed calls: when, app, provider, model, error type, HTTP status and the span's
+        status message, newest first (a fast failure never ranks among the slowest calls)."""
+        rows = self._rows(
+            "SELECT span_id, service, provider, model, start_ns, e2e, end_reason, attrs FROM calls "
+            "WHERE start_ns >= ? AND failed = 1 ORDER BY start_ns DESC LIMIT ?",
+            (since_ns, limit),
+        )
+        for row in rows:
+            attrs = json.loads(row.pop("attrs") or "{}")
+            row["error_type"] = attrs.get(sc.ERROR_TYPE)
+            row["status"] = attrs.get(sc.HTTP_RESPONSE_STATUS_CODE)
+            row["message"] = attrs.get(STATUS_MESSAGE)
+        return rows
 
     def call(self, span_id: str) -> dict[str, Any] | None:
         """One call: its attributes, its phases, and the user action around it with that action's other calls."""
