@@ -1389,8 +1389,9 @@ def slo_section(lay: Layout, config: Any, slo: Any) -> None:
         description=f"SLO {slo.name} (prometheus/slos.yml): {objectives}, over {window}. SLI: the share of good "
         f"calls over {window}. Budget left: 1 - the bad share over {window} / the error budget (1 - objective); "
         "negative once spent. Burn: the bad share over 1 h / 6 h divided by the budget (1 = spending it exactly "
-        f"over {window}). Budget lasts: what is left, at the 1 h burn rate (at most a year). Alerts firing: LLMErrorBudgetBurn* of "
-        "this SLO (docs/alerts.md). From the recording rules of prometheus/rules/slo-recording.yml.",
+        f"over {window}). Budget lasts: what is left, at the 1 h burn rate (at most a year). Alerts firing: "
+        "LLMErrorBudgetBurn* of this SLO (docs/alerts.md). From the recording rules of "
+        "prometheus/rules/slo-recording.yml.",
     )
     pages = sorted({a.burn for a in config.burn_alerts if a.severity == "page"})
     steps = [{"color": "green", "value": None}, {"color": "orange", "value": 1.0}]

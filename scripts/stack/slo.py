@@ -216,25 +216,27 @@ def class_labels(slo: SLO, traffic_class: str) -> dict[str, str]:
     return {"slo": slo.name, **({CLASS_LABEL: traffic_class} if traffic_class else {})}
 
 
-def calls_rule(slo: SLO) -> dict[str, Any]:
+def calls_rule(slo: SLO, scale: int = 1) -> dict[str, Any]:
     """Calls an SLO counts, every class at once: the class only changes what is good."""
     metric, _ = SLIS[slo.sli]
-    return {"record": "llm:slo_calls:rate5m", "expr": _sum(f"rate({metric}_count[5m])"), "labels": {"slo": slo.name}}
+    expr = _sum(f"rate({metric}_count[{scaled('5m', scale)}])")
+    return {"record": "llm:slo_calls:rate5m", "expr": expr, "labels": {"slo": slo.name}}
 
 
-def bad_rule(config: Config, slo: SLO, traffic_class: str) -> dict[str, Any]:
+def bad_rule(config: Config, slo: SLO, traffic_class: str, scale: int = 1) -> dict[str, Any]:
     """Bad calls of one SLO and class over 5 minutes, from one bucket (the class's threshold) and the count."""
     metric, _ = SLIS[slo.sli]
     selector = class_selector(traffic_class, config.classes())
-    calls = _sum(f"rate({metric}_count{{{selector}}}[5m])")
+    w = scaled("5m", scale)
+    calls = _sum(f"rate({metric}_count{{{selector}}}[{w}])")
     if slo.sli == "availability":
-        errors = _sum(f'rate({metric}_count{{{selector}, error_type!=""}}[5m])')
+        errors = _sum(f'rate({metric}_count{{{selector}, error_type!=""}}[{w}])')
         bad = f"{errors} or 0 * {calls}"
     else:
         threshold = slo.threshold_for(traffic_class)
         assert threshold is not None
         good_selector = selector + (', error_type=""' if slo.sli == "e2e" else "")
-        good = _sum(f"rate({metric}_bucket{{{good_selector}, {le_matcher(threshold)}}}[5m])")
+        good = _sum(f"rate({metric}_bucket{{{good_selector}, {le_matcher(threshold)}}}[{w}])")
         bad = f"{calls} - ({good} or 0 * {calls})"
     return {"record": "llm:slo_bad:rate5m", "expr": bad, "labels": class_labels(slo, traffic_class)}
 
@@ -256,12 +258,19 @@ def budget_rule(slo: SLO, traffic_class: str, classes: list[str]) -> dict[str, A
     }
 
 
-def recording_rules(config: Config) -> dict[str, Any]:
+def scaled(duration: str, scale: int) -> str:
+    """A duration of the rules, divided by the test override's time scale (1: as shipped)."""
+    return duration if scale == 1 else f"{seconds(duration) // scale}s"
+
+
+def recording_rules(config: Config, scale: int = 1) -> dict[str, Any]:
+    """The recording rules; ``scale`` > 1 is the real-stack test's override (docs/alerts.md): every
+    window and step divided by it (5m -> 5s at 60), the series named as shipped."""
     classes = config.classes()
     rules: list[dict[str, Any]] = []
     for slo in config.slos:
-        rules.append(calls_rule(slo))
-        rules += [bad_rule(config, slo, traffic_class) for traffic_class in classes]
+        rules.append(calls_rule(slo, scale))
+        rules += [bad_rule(config, slo, traffic_class, scale) for traffic_class in classes]
     derived = [*DERIVED_WINDOWS, (config.window, "1d", "1d")]
     for window, source, step in derived:
         for what in ("calls", "bad"):
@@ -269,22 +278,23 @@ def recording_rules(config: Config) -> dict[str, Any]:
             rules.append(
                 {
                     "record": f"llm:slo_{what}:rate{window}",
-                    "expr": f"avg_over_time(llm:slo_{what}:rate{source}[{window}:{step}])"
+                    "expr": f"avg_over_time(llm:slo_{what}:rate{source}[{scaled(window, scale)}:{scaled(step, scale)}])"
                     f" or llm:slo_{what}:rate{source}",
                 }
             )
-    steps = {window: (source, step) for window, source, step in derived}
-    for window in sorted({a.long for a in config.burn_alerts}, key=seconds):
-        # The bad calls of an alert's long window: the sum of its points' rates times their step,
-        # not mean rate x window, which overcounts a window not yet full (a new model, a restart).
-        source, step = steps[window]
+    # The bad calls of each window: the sum of its points' rates times their step, not mean rate x
+    # window, which would overcount a window not yet full (a new model, a restart). Until the window
+    # holds a point, the next shorter window's count (then all of the short history).
+    previous = f"llm:slo_bad:rate5m * {300 // scale}"
+    for window, source, step in DERIVED_WINDOWS:
         rules.append(
             {
                 "record": f"llm:slo_bad_calls:{window}",
-                "expr": f"sum_over_time(llm:slo_bad:rate{source}[{window}:{step}]) * {seconds(step)}"
-                f" or llm:slo_bad:rate{source} * {seconds(step)}",
+                "expr": f"sum_over_time(llm:slo_bad:rate{source}[{scaled(window, scale)}:{scaled(step, scale)}])"
+                f" * {seconds(step) // scale} or {previous}",
             }
         )
+        previous = f"llm:slo_bad_calls:{window}"
     for slo in config.slos:
         for traffic_class in classes:
             rules.append(budget_rule(slo, traffic_class, classes))
@@ -367,8 +377,8 @@ def alert_rules(config: Config) -> dict[str, Any]:
                             f"{what_is_good(slo)}, over "
                             f'{config.window}. Burn rate over {alert.long} {{{{ $value | printf "%.1f" }}}} and over '
                             f"{alert.short} also over {number(alert.burn)} (at {number(alert.burn)}x, {spent}% of the "
-                            f"{config.window} budget goes in {alert.long}). At this rate a whole {config.window} budget lasts "
-                            f"{lasts}. Budget left over {config.window}: {remaining}."
+                            f"{config.window} budget goes in {alert.long}). At this rate a whole {config.window} "
+                            f"budget lasts {lasts}. Budget left over {config.window}: {remaining}."
                         ),
                         "dashboard": (
                             f"/d/{DASHBOARD_UID}?var-provider={{{{ $labels.gen_ai_provider_name }}}}"
@@ -404,11 +414,11 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _str)
 
 
-def render(config: Config | None = None) -> dict[Path, str]:
+def render(config: Config | None = None, scale: int = 1) -> dict[Path, str]:
     config = config or load()
     dump = {"sort_keys": False, "width": 200, "Dumper": _Dumper, "allow_unicode": True}
     return {
-        RECORDING: HEADER + yaml.dump(recording_rules(config), **dump),  # type: ignore[call-overload]
+        RECORDING: HEADER + yaml.dump(recording_rules(config, scale), **dump),  # type: ignore[call-overload]
         ALERTS: HEADER + yaml.dump(alert_rules(config), **dump),  # type: ignore[call-overload]
     }
 
