@@ -1272,12 +1272,180 @@ def tokens_and_cache(min_interval: str) -> dict[str, Any]:
     )
 
 
+# -- 4. LLM SLOs -------------------------------------------------------------------------------
+
+
+def _slo_module() -> Any:
+    """scripts/stack/slo.py (the SLOs of prometheus/slos.yml), imported by path like this file is."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("firsttoken_stack_slo", Path(__file__).with_name("slo.py"))
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+YEAR_S = 365 * 86400
+SLO_BY = "gen_ai_provider_name, gen_ai_request_model, firsttoken_traffic_class"
+SLO_ROW = "{{gen_ai_provider_name}}/{{gen_ai_request_model}} {{firsttoken_traffic_class}}"
+
+
+def slo_trace_search(slo: Any, classes: Sequence[str]) -> str:
+    """TraceQL: this SLO's bad calls of the picked models and classes, each class at its own threshold."""
+    picked = (
+        f"span.{sc.GEN_AI_PROVIDER_NAME} =~ `${{provider:regex}}` && span.{sc.GEN_AI_REQUEST_MODEL} =~ "
+        f"`${{model:regex}}` && span.{sc.FT_TRAFFIC_CLASS} =~ `${{traffic_class:regex}}`"
+    )
+    if slo.sli == "availability":
+        return f"{{ {picked} && status = error }}"
+    named = [c for c in classes if c]
+    per_class = []
+    for traffic_class in classes:
+        threshold = float(slo.threshold_for(traffic_class))
+        if slo.sli == "ttft":
+            over = f"span.{sc.FT_TIME_TO_FIRST_TOKEN} > {threshold!r}"
+        else:
+            over = f"(status = error || duration > {threshold:g}s)"
+        if traffic_class:
+            which = f'span.{sc.FT_TRAFFIC_CLASS} = "{traffic_class}"'
+        else:
+            which = " && ".join(f'span.{sc.FT_TRAFFIC_CLASS} != "{c}"' for c in named)
+        per_class.append(f"({which} && {over})")
+    return f"{{ {picked} && ({' || '.join(per_class)}) }}"
+
+
+def slo_section(lay: Layout, config: Any, slo: Any) -> None:
+    classes = config.classes()
+    window = config.window
+    sel = f'slo="{slo.name}", {CALL}'
+
+    def by(expr: str) -> str:
+        return f"max by ({SLO_BY}) ({expr})"
+
+    objectives = ", ".join(
+        f"{class_title(c)} {slo.objective_for(c):.4g}"
+        + (f" within {seconds_text(slo.threshold_for(c))}" if slo.threshold_for(c) is not None else "")
+        for c in classes
+    )
+    what = {
+        "ttft": "streamed calls whose time to first token is within the class's target",
+        "e2e": "calls that succeeded within the class's end-to-end target",
+        "availability": "calls that did not fail",
+    }[slo.sli]
+    lay.row(f"SLO {slo.name}: {what}")
+    budget_s = config.window_seconds
+    queries = [
+        ("SLI", by(f"1 - llm:slo_bad:rate{window}{{{sel}}} / llm:slo_calls:rate{window}{{{sel}}}"), "percentunit"),
+        ("Objective", by(f"1 - llm:slo_error_budget{{{sel}}}"), "percentunit"),
+        ("Budget left", by(f"llm:slo_budget_remaining:{window}{{{sel}}}"), "percentunit"),
+        ("Burn 1h", by(f"llm:slo_burn_rate:1h{{{sel}}}"), "none"),
+        ("Burn 6h", by(f"llm:slo_burn_rate:6h{{{sel}}}"), "none"),
+        (
+            "Budget lasts",
+            # Capped at a year: no burn at all would be +Inf.
+            by(
+                f"clamp_max(clamp_min(llm:slo_budget_remaining:{window}{{{sel}}}, 0) * {budget_s}"
+                f" / llm:slo_burn_rate:1h{{{sel}}}, {YEAR_S})"
+            ),
+            "s",
+        ),
+        (
+            "Alerts firing",
+            f'count by ({SLO_BY}) (ALERTS{{alertstate="firing", {sel}}}) or 0 * {by(f"llm:slo_calls:rate5m{{{sel}}}")}',
+            "none",
+        ),
+    ]
+    columns = {
+        "gen_ai_provider_name": "Provider",
+        "gen_ai_request_model": "Model",
+        "firsttoken_traffic_class": "Class",
+    }
+    overrides = []
+    for i, (name, _, unit) in enumerate(queries):
+        value = f"Value #{chr(ord('A') + i)}"
+        columns[value] = name
+        props: dict[str, Any] = {"unit": unit, "decimals": 4 if unit == "percentunit" else 1}
+        if name == "Budget left":
+            # Red once the budget is spent (under 0).
+            props["thresholds"] = {
+                "mode": "absolute",
+                "steps": [{"color": "red", "value": None}, {"color": "green", "value": 0}],
+            }
+            props["custom.cellOptions"] = {"type": "color-background"}
+        if name == "Alerts firing":
+            props["thresholds"] = thresholds_over(1)
+            props["custom.cellOptions"] = {"type": "color-background"}
+        overrides.append(by_name(value, **props))
+    lay.table(
+        f"SLO {slo.name} per model and class, now",
+        [target(expr, name, instant=True, table=True) for name, expr, _ in queries],
+        columns=columns,
+        overrides=overrides,
+        sort_by="Burn 1h",
+        w=24,
+        h=7,
+        description=f"SLO {slo.name} (prometheus/slos.yml): {objectives}, over {window}. SLI: the share of good "
+        f"calls over {window}. Budget left: 1 - the bad share over {window} / the error budget (1 - objective); "
+        "negative once spent. Burn: the bad share over 1 h / 6 h divided by the budget (1 = spending it exactly "
+        f"over {window}). Budget lasts: what is left, at the 1 h burn rate (at most a year). Alerts firing: "
+        "LLMErrorBudgetBurn* of this SLO (docs/alerts.md). From the recording rules of "
+        "prometheus/rules/slo-recording.yml.",
+    )
+    pages = sorted({a.burn for a in config.burn_alerts if a.severity == "page"})
+    steps = [{"color": "green", "value": None}, {"color": "orange", "value": 1.0}]
+    steps += [{"color": "red", "value": burn} for burn in pages[-1:]]
+    lay.timeseries(
+        f"SLO {slo.name}: burn rate over 1 h and 6 h",
+        [
+            target(by(f"llm:slo_burn_rate:1h{{{sel}}}"), f"1h {SLO_ROW}"),
+            target(by(f"llm:slo_burn_rate:6h{{{sel}}}"), f"6h {SLO_ROW}"),
+        ],
+        unit="none",
+        w=12,
+        threshold_line={"mode": "absolute", "steps": steps},
+        overrides=[dashed("B")],
+        description="How many times faster than the SLO allows the error budget burns (dashed: 6 h). The lines: 1 "
+        f"(the whole budget spent over {window}) and {pages[-1]:g} (the fast page, over "
+        f"{next(a.long for a in config.burn_alerts if a.burn == pages[-1])} and "
+        f"{next(a.short for a in config.burn_alerts if a.burn == pages[-1])}).",
+    )
+    lay.traces(
+        f"SLO {slo.name}: the bad calls (traces in Tempo)",
+        slo_trace_search(slo, classes),
+        w=12,
+        h=9,
+        description="Tempo search over the selected range: the call spans this SLO counts as bad ("
+        + ("failed" if slo.sli == "availability" else "over the threshold of their class, or failed")
+        + "), for the picked provider, model and class. Kept by tail sampling (every call over its class's TTFT p95 "
+        "target or end-to-end target, and every error).",
+    )
+
+
+def llm_slos(min_interval: str) -> dict[str, Any]:
+    config = _slo_module().load()
+    lay = Layout(min_interval)
+    for slo in config.slos:
+        slo_section(lay, config, slo)
+    return dashboard(
+        "llm-slos",
+        "LLM SLOs and error budgets",
+        "Per SLO of prometheus/slos.yml, per provider, model and traffic class: the SLI over the SLO window, the "
+        "error budget left, burn rates over 1 h and 6 h, how long the budget lasts at the current burn, the "
+        "burn-rate alerts' state, and the traces of the calls that spent it.",
+        lay,
+        list(CALL_VARIABLES),
+    )
+
+
 # -- output ------------------------------------------------------------------------------------
 
 BUILDERS = {
     "llm-latency-overview.json": latency_overview,
     "where-the-time-goes.json": where_the_time_goes,
     "tokens-and-cache.json": tokens_and_cache,
+    "llm-slos.json": llm_slos,
 }
 
 

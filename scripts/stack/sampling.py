@@ -39,6 +39,9 @@ END = "# END generated policies"
 TRAFFIC_CLASS = "firsttoken.traffic_class"
 TIME_TO_FIRST_TOKEN = "firsttoken.time_to_first_token"
 TIME_PER_OUTPUT_TOKEN = "firsttoken.time_per_output_token"
+# OTTL paths with their context: the Collector (pkg/ottl at v0.159.0) rewrites a bare `attributes`
+# to `span.attributes` itself and logs that the form without the prefix should be rewritten.
+SPAN_ATTRIBUTES = "span.attributes"
 
 # The targets that drive sampling: the lower of the TTFT targets, and the end-to-end target.
 TTFT_TARGET = "llm:target:ttft_p95_seconds"
@@ -77,11 +80,11 @@ def _number(seconds: float) -> str:
 
 
 def _is_class(name: str) -> str:
-    return f'attributes["{TRAFFIC_CLASS}"] == "{name}"'
+    return f'{SPAN_ATTRIBUTES}["{TRAFFIC_CLASS}"] == "{name}"'
 
 
 def _not_class(name: str) -> str:
-    return f'attributes["{TRAFFIC_CLASS}"] != "{name}"'
+    return f'{SPAN_ATTRIBUTES}["{TRAFFIC_CLASS}"] != "{name}"'
 
 
 def _ottl(name: str, condition: str) -> dict[str, Any]:
@@ -115,7 +118,7 @@ def policies(targets: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
         {"name": "errors", "type": "status_code", "status_code": {"status_codes": ["ERROR"]}},
     ]
-    ttft = f'attributes["{TIME_TO_FIRST_TOKEN}"]'
+    ttft = f'{SPAN_ATTRIBUTES}["{TIME_TO_FIRST_TOKEN}"]'
     default, listed, higher = _split(targets[TTFT_TARGET])
     for traffic_class, target in own_policies(default, listed):
         condition = f"{_is_class(traffic_class)} and {ttft} > {_number(target)}"
@@ -138,7 +141,7 @@ def policies(targets: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
         )
     if higher:
         # Only calls (spans with gen_ai.operation.name) outside the classes with a higher target.
-        outside = " and ".join(['attributes["gen_ai.operation.name"] != nil', *map(_not_class, higher)])
+        outside = " and ".join([f'{SPAN_ATTRIBUTES}["gen_ai.operation.name"] != nil', *map(_not_class, higher)])
         out.append(
             {
                 "name": "slow-end-to-end",
@@ -150,7 +153,7 @@ def policies(targets: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
         out.append(_latency("slow-end-to-end", default))
 
     out.append(
-        _ottl("slow-decode", f'attributes["{TIME_PER_OUTPUT_TOKEN}"] > {_number(SLOW_DECODE_SECONDS)}'),
+        _ottl("slow-decode", f'{SPAN_ATTRIBUTES}["{TIME_PER_OUTPUT_TOKEN}"] > {_number(SLOW_DECODE_SECONDS)}'),
     )
     baseline = {"sampling_percentage": BASELINE_PERCENT}
     out.append({"name": "baseline", "type": "probabilistic", "probabilistic": baseline})

@@ -111,7 +111,7 @@ def test_tail_sampling_waits_long_enough_and_keeps_a_baseline() -> None:
 
 # -- a small model of the tail sampler, for the policy types and OTTL conditions the generator writes --
 
-_CLAUSE = re.compile(r'attributes\["([^"]+)"\] (==|!=|>) ("[^"]*"|nil|[0-9.]+)')
+_CLAUSE = re.compile(r'span\.attributes\["([^"]+)"\] (==|!=|>) ("[^"]*"|nil|[0-9.]+)')
 Span = dict[str, Any]  # attributes, plus "_status" and "_start"/"_end" (seconds)
 
 

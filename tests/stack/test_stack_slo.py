@@ -1,0 +1,167 @@
+"""SLOs and burn-rate alerts: generated from prometheus/slos.yml, and their quality measured.
+
+The scenario suite (slo_scenarios.py) runs once per module: a week of synthetic traffic holding
+every scenario of docs/alerts.md, evaluated minute by minute by promtool's rule engine with every
+shipped rule file. The floors of issue 30 are asserted on what the engine fired, and
+docs/alerts.md's table must be what it measured.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import slo_scenarios as sc
+from stack_tools import ROOT, RULES_DIR, generator, load_yaml, need, run
+
+ALERTS_DOC = ROOT / "docs" / "alerts.md"
+
+
+@pytest.fixture(scope="module")
+def measured() -> list[sc.Fired]:
+    return sc.run(sc.scenarios(), promtool=need("promtool"))
+
+
+def scenario(name: str) -> sc.Scenario:
+    return next(s for s in sc.scenarios() if s.name == name)
+
+
+def fired_in(measured: list[sc.Fired], name: str, *, severity: str | None = None) -> list[sc.Fired]:
+    return [
+        f for f in measured if f.scenario == name and not sc.is_old(f) and (severity is None or f.severity == severity)
+    ]
+
+
+def test_committed_slo_rules_are_the_generator_output() -> None:
+    slo = generator("slo")
+    for path, text in slo.render().items():
+        assert path.read_text() == text, f"run python scripts/stack/slo.py: {path.name} differs from slos.yml"
+
+
+def test_slo_rules_pass_promtool() -> None:
+    promtool = need("promtool")
+    files = [RULES_DIR / "slo-recording.yml", RULES_DIR / "slo-alerts.yml"]
+    result = run([promtool, "check", "rules", *map(str, files)])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_slo_has_a_recorded_series_per_class_and_each_burn_alert() -> None:
+    slo = generator("slo")
+    config = slo.load()
+    recording = [r for g in load_yaml(RULES_DIR / "slo-recording.yml")["groups"] for r in g["rules"]]
+    alerts = [r for g in load_yaml(RULES_DIR / "slo-alerts.yml")["groups"] for r in g["rules"]]
+    for s in config.slos:
+        bad = [r for r in recording if r["record"] == "llm:slo_bad:rate5m" and r["labels"]["slo"] == s.name]
+        assert len(bad) == len(config.classes()), s.name
+        for alert in config.burn_alerts:
+            (rule,) = [r for r in alerts if r["alert"] == alert.alert and r["labels"]["slo"] == s.name]
+            assert rule["labels"]["severity"] == alert.severity
+            assert f"llm:slo_burn_rate:{alert.long}{{" in rule["expr"]
+            assert f"llm:slo_burn_rate:{alert.short}{{" in rule["expr"]
+            assert f">= {config.min_bad_calls}" in rule["expr"]
+            for key in ("summary", "description", "dashboard", "trace_search"):
+                assert rule["annotations"][key], (alert.alert, s.name, key)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ("objective: { default: 0.99 }", "objective needs a default"),
+        ("target: llm:target:ttft_p99_seconds", "is not a record of targets.yml"),
+        ("window: 28d", "is not a duration"),
+        ("long: 30m, short: 5m", "window 7m is not recorded"),
+    ],
+)
+def test_a_broken_slos_yml_is_one_clear_error(tmp_path: Path, edit: str, message: str) -> None:
+    slo = generator("slo")
+    text = (ROOT / "prometheus" / "slos.yml").read_text()
+    assert edit in text
+    broken = {
+        "objective: { default: 0.99 }": "objective: { interactive: 0.99 }",
+        "target: llm:target:ttft_p99_seconds": "target: llm:target:ttft_p42_seconds",
+        "window: 28d": "window: 4 weeks",
+        "long: 30m, short: 5m": "long: 30m, short: 7m",
+    }[edit]
+    path = tmp_path / "slos.yml"
+    path.write_text(text.replace(edit, broken, 1))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        slo.load(path)
+
+
+def test_a_target_off_the_bucket_bounds_is_refused(tmp_path: Path) -> None:
+    """An SLO counts good calls from one bucket: a target between two bounds could not be counted."""
+    slo = generator("slo")
+    targets = (RULES_DIR / "targets.yml").read_text().replace("expr: vector(2.5)", "expr: vector(3)", 1)
+    path = tmp_path / "targets.yml"
+    path.write_text(targets)
+    with pytest.raises(ValueError, match="is not a bucket bound"):
+        slo.load(targets_path=path)
+
+
+# -- the floors of issue 30, on what the rule engine fired -----------------------------------------
+
+
+def test_the_healthy_week_fires_nothing(measured: list[sc.Fired]) -> None:
+    assert fired_in(measured, "healthy") == []
+
+
+def test_a_sudden_5x_regression_pages_within_10_minutes(measured: list[sc.Fired]) -> None:
+    s = scenario("regression-5x")
+    pages = [f for f in fired_in(measured, s.name, severity="page") if f.model.endswith(":gpt-a")]
+    assert pages, "the 5x regression never paged"
+    first = min(f.first for f in pages) - s.event_minute
+    assert 0 <= first <= 10, f"paged {first} min after the regression began"
+
+
+def test_a_10_minute_10x_spike_pages_and_resolves_within_an_hour(measured: list[sc.Fired]) -> None:
+    s = scenario("spike-10x-10m")
+    assert s.recovery_minute is not None
+    pages = fired_in(measured, s.name, severity="page")
+    assert pages, "the 10 minute spike never paged"
+    assert min(f.first for f in pages) >= s.event_minute
+    resolved = max(f.last for f in pages) + 1 - s.recovery_minute
+    assert resolved <= 60, f"still paging {resolved} min after recovery"
+
+
+def test_a_slow_degradation_opens_a_ticket_within_a_day_and_never_pages(measured: list[sc.Fired]) -> None:
+    s = scenario("slow-degradation")
+    assert fired_in(measured, s.name, severity="page") == []
+    tickets = [f for f in fired_in(measured, s.name, severity="ticket") if f.alert == "LLMErrorBudgetBurnTicket"]
+    assert tickets, "the slow degradation never opened a ticket"
+    first = min(f.first for f in tickets) - s.event_minute
+    assert 0 <= first <= 24 * 60, f"the ticket opened {first} min into the degradation"
+
+
+@pytest.mark.parametrize("name", ["one-slow-call", "low-traffic"])
+def test_one_slow_call_and_a_low_traffic_model_never_page(measured: list[sc.Fired], name: str) -> None:
+    assert fired_in(measured, name, severity="page") == []
+
+
+def test_a_provider_outage_pages_on_availability(measured: list[sc.Fired]) -> None:
+    s = scenario("outage-15m")
+    pages = [f for f in fired_in(measured, s.name, severity="page") if f.slo == "availability"]
+    assert pages and min(f.first for f in pages) - s.event_minute <= 5, pages
+
+
+def test_a_traffic_spike_within_budget_fires_nothing(measured: list[sc.Fired]) -> None:
+    assert fired_in(measured, "traffic-spike") == []
+
+
+def test_the_old_threshold_alerts_were_measured(measured: list[sc.Fired]) -> None:
+    """Not a floor: the comparison's other side exists (the p99 alert fires on the slow degradation)."""
+    old = [f for f in measured if sc.is_old(f) and f.scenario == "slow-degradation"]
+    assert any(f.alert == "LLMTimeToFirstTokenP99High" for f in old), old
+
+
+def test_docs_alerts_md_has_the_measured_table(measured: list[sc.Fired]) -> None:
+    text = ALERTS_DOC.read_text()
+    expected = sc.table(measured, sc.scenarios())
+    assert expected in text, f"docs/alerts.md's table is not what the suite measured; it is now:\n{expected}"
+
+
+def test_scenario_series_use_firsttoken_bucket_bounds() -> None:
+    from firsttoken import semconv
+
+    assert set(sc.TTFT_LE) <= set(semconv.TTFT_BUCKETS)
+    assert set(sc.DURATION_LE) <= set(semconv.DURATION_BUCKETS)
