@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import _imports
+from ._internal import internal_error
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -80,7 +81,7 @@ class _Hook:
                     self.installation.patched.append(self.name)
                     log.debug("firsttoken: instrumented %s", self.name)
             except Exception:
-                log.debug("firsttoken: instrumenting %s failed", self.name, exc_info=True)
+                internal_error("instrumenting %s failed", self.name)
 
 
 _current: Installation | None = None

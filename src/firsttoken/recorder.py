@@ -22,6 +22,7 @@ from opentelemetry.util.types import AttributeValue
 
 from . import semconv as sc
 from . import tail
+from ._internal import internal_error
 from ._sums import Key, SummedCounter, add_all
 from .config import PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, Settings, warn
 from .timeline import STREAM_TEXT_KEY, Timeline, is_cancellation, turn_bucket
@@ -340,7 +341,7 @@ class Recorder:
             self._wire_metrics(tl, series, totals, sums)
             add_all(sums)
         except Exception:  # never let telemetry break the app
-            log.debug("firsttoken: recording a call failed", exc_info=True)
+            internal_error("recording a call failed")
         finally:
             end_ns = tl.end_ns if tl.end_ns is not None else tl.last_observed_ns()
             span.end(end_time=tl.wall_ns(end_ns))
@@ -476,7 +477,7 @@ class Recorder:
             if redact is not None:
                 try:
                     value = redact(key, text)
-                except Exception:
+                except Exception:  # the app's redact hook: its error, dropped with the value
                     log.debug("firsttoken: the redact hook raised; dropping %s", key, exc_info=True)
                     value = None
             if value is None:

@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 from . import semconv as sc
+from ._internal import internal_error
 from .timeline import Timeline, is_cancellation
 
 log = logging.getLogger("firsttoken")
@@ -70,7 +71,7 @@ def observe_sync(items: Iterator[T], tl: Timeline, observe: Observer) -> Iterato
             try:
                 observe(tl, item, now)
             except Exception:  # a surprise in an item must not reach the app
-                log.debug("firsttoken: reading a streamed item failed", exc_info=True)
+                internal_error("reading a streamed item failed")
             yield item
     except GeneratorExit:
         # Only the garbage collector (or a close of this private generator) gets here. Closing the
@@ -103,7 +104,7 @@ async def observe_async(items: AsyncIterator[T], tl: Timeline, observe: Observer
             try:
                 observe(tl, item, now)
             except Exception:  # a surprise in an item must not reach the app
-                log.debug("firsttoken: reading a streamed item failed", exc_info=True)
+                internal_error("reading a streamed item failed")
             yield item
     except GeneratorExit:
         tl.on_close = None
@@ -181,7 +182,7 @@ def _finish_abandoned(item: Timeline | threading.Event) -> None:
     try:
         item.finish(sc.END_ABANDONED, item.last_observed_ns())
     except Exception:
-        log.debug("firsttoken: ending an abandoned call failed", exc_info=True)
+        internal_error("ending an abandoned call failed")
 
 
 def _work() -> None:

@@ -7,7 +7,6 @@ every other request in the process passes straight through. The SDKs of today se
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import weakref
@@ -20,6 +19,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from . import semconv as sc
+from ._internal import internal_error
 from ._patch import Patches
 from .context import CURRENT_CALL
 from .streams import end_on_exception, watch
@@ -249,7 +249,7 @@ def _observe(tl: Timeline, event: str, meaning: tuple[str, str], info: dict[str,
         else:
             on_step(tl, meaning, info)
     except Exception:
-        log.debug("firsttoken: trace event %s failed", event, exc_info=True)
+        internal_error("trace event %s failed", event)
 
 
 class _SyncTrace:
@@ -326,11 +326,11 @@ def _before_send(tl: Timeline, request: Any, is_async: bool) -> None:
     tl.attempts += 1
     tl.cut(now, sc.PHASE_PREPARE if tl.attempts == 1 else sc.PHASE_RETRY_WAIT)
     tl.connect_ns = None
-    # A streaming body has no length up front. (No contextlib.suppress: it costs a context manager
-    # on every request.)
+    # A streaming body has no length up front: httpx raises RequestNotRead, a RuntimeError. (No
+    # contextlib.suppress: it costs a context manager on every request.)
     try:  # noqa: SIM105
         tl.request_bytes = (tl.request_bytes or 0) + len(request.content)
-    except Exception:
+    except RuntimeError:
         pass
     extensions = getattr(request, "extensions", None)
     if not _wire or not isinstance(extensions, dict):
@@ -431,7 +431,7 @@ def _start_direct(calls: DirectCalls | None, request: Any) -> tuple[Timeline, st
     try:
         return calls.start(request)
     except Exception:
-        log.debug("firsttoken: could not start a direct httpx call", exc_info=True)
+        internal_error("could not start a direct httpx call")
         return None
 
 
@@ -483,7 +483,7 @@ def _send_direct(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         _after_send(tl, response)
         _direct_response(calls, tl, family, response)
     except Exception:
-        log.debug("firsttoken: after-send hook failed", exc_info=True)
+        internal_error("after-send hook failed")
     return response
 
 
@@ -508,7 +508,7 @@ async def _send_direct_async(wrapped: Any, args: tuple[Any, ...], kwargs: dict[s
         _after_send(tl, response)
         _direct_response(calls, tl, family, response)
     except Exception:
-        log.debug("firsttoken: after-send hook failed", exc_info=True)
+        internal_error("after-send hook failed")
     return response
 
 
@@ -521,12 +521,12 @@ def _send(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, 
     try:
         _before_send(tl, _request_of(args, kwargs), False)
     except Exception:
-        log.debug("firsttoken: before-send hook failed", exc_info=True)
+        internal_error("before-send hook failed")
     response = wrapped(*args, **kwargs)
     try:
         _after_send(tl, response)
     except Exception:
-        log.debug("firsttoken: after-send hook failed", exc_info=True)
+        internal_error("after-send hook failed")
     return response
 
 
@@ -539,12 +539,12 @@ async def _send_async(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs
     try:
         _before_send(tl, _request_of(args, kwargs), True)
     except Exception:
-        log.debug("firsttoken: before-send hook failed", exc_info=True)
+        internal_error("before-send hook failed")
     response = await wrapped(*args, **kwargs)
     try:
         _after_send(tl, response)
     except Exception:
-        log.debug("firsttoken: after-send hook failed", exc_info=True)
+        internal_error("after-send hook failed")
     return response
 
 
@@ -552,17 +552,16 @@ def _closed(response: Any) -> None:
     tl = call_for_response(response)
     if tl is None or tl.ended:
         return
-    if tl.response_bytes is None or tl.on_close is not None:
-        with contextlib.suppress(Exception):
-            tl.response_bytes = response.num_bytes_downloaded
-    if tl.on_close is None:
-        return
     try:
+        if tl.response_bytes is None or tl.on_close is not None:
+            tl.response_bytes = response.num_bytes_downloaded
+        if tl.on_close is None:
+            return
         now = time.perf_counter_ns()
         tl.closed_ns = now
         tl.on_close(tl, response, now)
     except Exception:
-        log.debug("firsttoken: response-close hook failed", exc_info=True)
+        internal_error("response-close hook failed")
 
 
 def _read_done(response: Any) -> None:
@@ -573,7 +572,7 @@ def _read_done(response: Any) -> None:
     try:
         tl.on_close(tl, response, tl.closed_ns)
     except Exception:
-        log.debug("firsttoken: response-read hook failed", exc_info=True)
+        internal_error("response-read hook failed")
 
 
 def _read(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

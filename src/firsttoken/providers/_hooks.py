@@ -20,6 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from .. import semconv as sc
+from .._internal import internal_error
 from .._patch import Patches
 from ..config import warn
 from ..context import CALL_START, CONVERSATION_ID, CURRENT_ACTION, CURRENT_CALL, TRAFFIC_CLASS
@@ -144,7 +145,7 @@ class CallHooks:
             self.recorder.start(tl)
             return tl
         except Exception:
-            log.debug("firsttoken: could not start a %s call", self.provider, exc_info=True)
+            internal_error("could not start a %s call", self.provider)
             return None
 
     # -- call end --------------------------------------------------------------------------
@@ -170,7 +171,7 @@ class CallHooks:
             else:
                 self.read_result(tl, result)
         except Exception:
-            log.debug("firsttoken: reading a %s result failed", self.provider, exc_info=True)
+            internal_error("reading a %s result failed", self.provider)
         tl.finish(sc.END_COMPLETED)
 
     def _raw_closed(self, tl: Timeline, response: Any, now: int) -> None:
@@ -249,7 +250,7 @@ class CallHooks:
             common.own_stream(tl, instance, observed)
             return observed
         except Exception:
-            log.debug("firsttoken: could not observe a %s stream", self.provider, exc_info=True)
+            internal_error("could not observe a %s stream", self.provider)
             return items
 
     def stream(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -42,6 +42,7 @@ from opentelemetry import propagate, trace
 
 from .. import _otlp
 from .. import semconv as sc
+from .._internal import internal_error
 from .._patch import Patches
 from ..recorder import Recorder
 from ..streams import Observer
@@ -231,7 +232,7 @@ class AnthropicHooks(CallHooks):
             if "options" in kwargs:
                 return args, {**kwargs, "options": _sdk_tracing(tl, instance, kwargs["options"])}
         except Exception:
-            log.debug("firsttoken: could not keep the anthropic SDK's tracing as it was", exc_info=True)
+            internal_error("could not keep the anthropic SDK's tracing as it was")
         return args, kwargs
 
     def describe(self, options: Any, body: Mapping[str, Any], stream: bool) -> CallDescription | None:

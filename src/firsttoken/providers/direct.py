@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import semconv as sc
+from .._internal import internal_error
 from ..context import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS
 from ..recorder import Recorder
 from ..timeline import Timeline
@@ -64,7 +65,7 @@ GEMINI = "gemini"
 def _body(request: Any) -> Mapping[str, Any]:
     try:
         raw = request.content
-    except Exception:  # a streaming request body: nothing to read up front
+    except RuntimeError:  # httpx's RequestNotRead: a streaming request body, nothing to read up front
         return {}
     try:
         if request.headers.get("content-encoding", "").lower() == "gzip":
@@ -76,7 +77,7 @@ def _body(request: Any) -> Mapping[str, Any]:
             value = msgpack.unpackb(raw)
         else:
             value = json.loads(raw)
-    except Exception:
+    except (ValueError, OSError, EOFError, ImportError):  # not gzip, JSON or msgpack after all
         return {}
     return value if isinstance(value, Mapping) else {}
 
@@ -242,7 +243,10 @@ class SseReader:
                     self.done = True
                     continue
                 tl.chunk_count += 1
-                event = json.loads(payload)
+                try:
+                    event = json.loads(payload)
+                except ValueError:  # not JSON: an event this reader does not know
+                    continue
                 if not isinstance(event, Mapping):
                     continue
                 if self.family == GEMINI:
@@ -253,19 +257,21 @@ class SseReader:
                 elif _observe_event(tl, self.family, event, now):
                     self.done = True
         except Exception:
-            log.debug("firsttoken: reading a direct SSE stream failed", exc_info=True)
+            internal_error("reading a direct SSE stream failed")
 
 
 def finish_whole(tl: Timeline, response: Any, family: str, end_ns: int | None = None) -> None:
     """A non-streamed body that has been read: its usage, then the end of the call."""
     try:
         content = getattr(response, "_content", None)
-        if content:
-            data = json.loads(content)
-            if isinstance(data, Mapping) and response.status_code < 400:
-                _read_whole(tl, data, family)
+        data = json.loads(content) if content else None
+    except ValueError:  # not JSON: nothing to read
+        data = None
+    try:
+        if isinstance(data, Mapping) and response.status_code < 400:
+            _read_whole(tl, data, family)
     except Exception:
-        log.debug("firsttoken: reading a direct response failed", exc_info=True)
+        internal_error("reading a direct response failed")
     if response.status_code >= 400:  # the HTTP conventions' error.type for a status error
         tl.finish(sc.END_ERROR, end_ns, error_type=str(response.status_code))
     else:
