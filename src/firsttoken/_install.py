@@ -127,6 +127,17 @@ def _httpx(installation: Installation, module: ModuleType) -> bool:
     return transport.patch_flavour(installation.patches, module)
 
 
+def _aiohttp(installation: Installation, module: ModuleType) -> bool:
+    # LLM calls sent with aiohttp (google-genai's async client when aiohttp is installed): the same
+    # DirectCalls as plain httpx, through aiohttp's own adapter.
+    from .providers import direct
+    from .transport_aiohttp import AiohttpAdapter
+
+    calls = direct.DirectCalls(installation.recorder, installation.provider_of)
+    adapter = AiohttpAdapter(calls, installation.recorder.settings.wire_phases)
+    return adapter.patch(installation.patches, module)
+
+
 def _anyio(installation: Installation, module: ModuleType) -> bool:
     from . import transport
 
@@ -139,6 +150,7 @@ _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("httpx2", _httpx),
     ("httpx", _httpx),
     ("anyio", _anyio),
+    ("aiohttp", _aiohttp),
 )
 
 

@@ -122,7 +122,11 @@ _PHASES: dict[str, tuple[str, str | None]] = {
 def read_headers(tl: Timeline, headers: Any) -> None:
     """Facts that OpenAI- and Anthropic-style servers put in response headers."""
     raw = getattr(headers, "raw", None)
-    pairs = raw if raw is not None else [(k.encode(), v.encode()) for k, v in headers.items()]
+    read_header_pairs(tl, raw if raw is not None else [(k.encode(), v.encode()) for k, v in headers.items()])
+
+
+def read_header_pairs(tl: Timeline, pairs: Any) -> None:
+    """:func:`read_headers` of raw ``(name, value)`` byte pairs, as every client keeps them."""
     for name, value in pairs:
         known = _HEADERS.get(name.lower())
         if known is None:
@@ -153,7 +157,7 @@ def read_headers(tl: Timeline, headers: Any) -> None:
 CONNECTING: ContextVar[Timeline | None] = ContextVar("firsttoken_connecting", default=None)
 
 
-def _tls_facts(tl: Timeline, stream: Any) -> None:
+def tls_facts(tl: Timeline, stream: Any) -> None:
     ssl_object = stream.get_extra_info("ssl_object")
     if ssl_object is None:
         return
@@ -228,7 +232,7 @@ def on_step(tl: Timeline, meaning: tuple[str, str], info: dict[str, Any]) -> Non
             tl.cut(now, sc.PHASE_TLS_HANDSHAKE)
             stream = info.get("return_value")
             if stream is not None:
-                _tls_facts(tl, stream)
+                tls_facts(tl, stream)
     elif kind == "send_connection_init" and step == "complete":
         tl.cut(now, sc.PHASE_CONNECT)
     elif kind == "send_request_headers" and step == "started":
@@ -363,6 +367,45 @@ def _request_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 # -- LLM calls made with plain httpx (no SDK) ---------------------------------------------------
 
 
+class WireRequest:
+    """What the provider layer reads of a request, whichever HTTP client sends it (the client seam)."""
+
+    __slots__ = ("content", "headers", "host", "json", "method", "path", "port", "scheme")
+
+    def __init__(
+        self,
+        method: str,
+        scheme: str,
+        host: str | None,
+        port: int | None,
+        path: str,
+        headers: Any,
+        content: bytes | None,
+        json: Any = None,
+    ) -> None:
+        self.method = method
+        self.scheme = scheme
+        self.host = host
+        self.port = port or (443 if scheme == "https" else 80)
+        self.path = path
+        self.headers = headers
+        """Has ``get(lower-case name, default)``, case-insensitive."""
+        self.content = content
+        """The body's bytes; None when the client streams it (nothing to read up front)."""
+        self.json = json
+        """The body as the app handed it to the client already parsed (aiohttp's ``json=``), else None."""
+
+
+def httpx_request(request: Any) -> WireRequest:
+    """An httpx / httpx2 ``Request`` as the provider layer reads it."""
+    url = request.url
+    try:
+        content = request.content
+    except RuntimeError:  # httpx's RequestNotRead: a streaming request body
+        content = None
+    return WireRequest(request.method, url.scheme, url.host or None, url.port, url.path, request.headers, content)
+
+
 class SseFeed(Protocol):
     """Reads a streamed body's SSE events from the raw bytes passing through the transport."""
 
@@ -373,18 +416,22 @@ class SseFeed(Protocol):
 
 
 class DirectCalls(Protocol):
-    """How the provider layer recognises and reads LLM calls sent with plain httpx.
+    """How the provider layer recognises and reads LLM calls sent without an SDK firsttoken patches.
 
-    Handed to :func:`patch` by the instrumentor rather than imported here: the providers sit above
-    the transport (``firsttoken.providers.direct.DirectCalls`` is the implementation).
+    The seam between the HTTP clients (httpx and httpx2 here, aiohttp in :mod:`firsttoken.transport_aiohttp`) and
+    the wire formats: a client adapter hands over a :class:`WireRequest`, a status and body bytes;
+    it never reads a wire format itself. Handed down by the instrumentor rather than imported here:
+    the providers sit above the transport (``firsttoken.providers.direct.DirectCalls``).
     """
 
-    def start(self, request: Any) -> tuple[Timeline, str] | None:
+    def start(self, request: WireRequest) -> tuple[Timeline, str] | None:
         """The call's timeline and API family when ``request`` is an LLM API call, else None."""
         ...
 
-    def finish_whole(self, tl: Timeline, response: Any, family: str, end_ns: int | None = None) -> None:
-        """Read a whole (not streamed) body that has arrived, then end the call."""
+    def finish_whole(
+        self, tl: Timeline, family: str, status: int, content: bytes | None, end_ns: int | None = None
+    ) -> None:
+        """Read a whole (not streamed) body that has arrived (``content``), then end the call."""
         ...
 
     def sse_reader(self, tl: Timeline, family: str) -> SseFeed: ...
@@ -429,7 +476,7 @@ def _start_direct(calls: DirectCalls | None, request: Any) -> tuple[Timeline, st
     if calls is None or request is None:
         return None
     try:
-        return calls.start(request)
+        return calls.start(httpx_request(request))
     except Exception:
         internal_error("could not start a direct httpx call")
         return None
@@ -438,7 +485,7 @@ def _start_direct(calls: DirectCalls | None, request: Any) -> tuple[Timeline, st
 def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: Any) -> None:
     """After a plain-httpx LLM request was sent: end it now, or when its body has been read."""
     if response.is_closed:
-        calls.finish_whole(tl, response, family)
+        calls.finish_whole(tl, family, response.status_code, getattr(response, "_content", None))
         return
     if "text/event-stream" in response.headers.get("content-type", "") and not response.headers.get("content-encoding"):
         reader = calls.sse_reader(tl, family)
@@ -454,9 +501,10 @@ def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: An
     else:
 
         def on_close_whole(tl: Timeline, response: Any, now: int) -> None:
-            if getattr(response, "_content", None) is None and response.is_stream_consumed:
+            content = getattr(response, "_content", None)
+            if content is None and response.is_stream_consumed:
                 return  # closed inside read(), before the content was kept: the read hook calls again
-            calls.finish_whole(tl, response, family, now)
+            calls.finish_whole(tl, family, response.status_code, content, now)
 
         tl.on_close = on_close_whole
     watch(response, tl)

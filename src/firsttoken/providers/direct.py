@@ -21,6 +21,7 @@ from .._internal import internal_error
 from ..context import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS
 from ..recorder import Recorder
 from ..timeline import Timeline
+from ..transport import WireRequest
 from . import _common as common
 from . import _levers as levers
 from . import anthropic as anthropic_hooks
@@ -39,11 +40,11 @@ _ENDPOINTS = (
 )
 
 
-def classify(request: Any) -> tuple[str, str, str | None] | None:
+def classify(request: WireRequest) -> tuple[str, str, str | None] | None:
     """(operation, API family, api type) of an LLM API request, else None. Cheap for any request."""
     if request.method != "POST":
         return None
-    path = request.url.path.rstrip("/")
+    path = request.path.rstrip("/")
     for suffix, operation, family, api_type in _ENDPOINTS:
         if path.endswith(suffix):
             return operation, family, api_type
@@ -62,10 +63,11 @@ GEMINI = "gemini"
 """The API family of Gemini's native ``models/*:generateContent``."""
 
 
-def _body(request: Any) -> Mapping[str, Any]:
-    try:
-        raw = request.content
-    except RuntimeError:  # httpx's RequestNotRead: a streaming request body, nothing to read up front
+def _body(request: WireRequest) -> Mapping[str, Any]:
+    if request.json is not None:
+        return request.json if isinstance(request.json, Mapping) else {}
+    raw = request.content
+    if raw is None:  # a streaming request body: nothing to read up front
         return {}
     try:
         if request.headers.get("content-encoding", "").lower() == "gzip":
@@ -82,7 +84,7 @@ def _body(request: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _sdk_provider(request: Any) -> str | None:
+def _sdk_provider(request: WireRequest) -> str | None:
     """The provider an SDK is made for, from its User-Agent: the name when the host says nothing."""
     agent = request.headers.get("user-agent", "").lower()
     if agent.startswith("mistral-client-python/"):  # mistralai 1.x to 3.x
@@ -92,24 +94,25 @@ def _sdk_provider(request: Any) -> str | None:
     return None
 
 
-def start(recorder: Recorder, provider_of: common.ProviderResolver, request: Any) -> tuple[Timeline, str] | None:
-    """Start the call of an LLM API request sent with plain httpx: (timeline, API family)."""
+def start(
+    recorder: Recorder, provider_of: common.ProviderResolver, request: WireRequest
+) -> tuple[Timeline, str] | None:
+    """Start the call of an LLM API request sent without an SDK hook: (timeline, API family)."""
     kind = classify(request)
     if kind is None:
         return None
     operation, family, api_type = kind
     body = _body(request)
-    url = request.url
-    host = url.host or None
-    port = url.port or (443 if url.scheme == "https" else 80)
+    host = request.host
+    port = request.port
     model = body.get("model")
     stream = body.get("stream") is True
     default = _sdk_provider(request) or family
     if family == GEMINI:  # the model and the streaming are in the path
-        found = gemini.match(url.path.rstrip("/"))
+        found = gemini.match(request.path.rstrip("/"))
         model, stream = found if found is not None else (None, False)
-        default = gemini.provider_default(url.path)
-    endpoint = provider_of.endpoint(host, port, default, url.path)
+        default = gemini.provider_default(request.path)
+    endpoint = provider_of.endpoint(host, port, default, request.path)
     tl = Timeline(
         provider=endpoint.provider,
         operation=operation,
@@ -260,20 +263,20 @@ class SseReader:
             internal_error("reading a direct SSE stream failed")
 
 
-def finish_whole(tl: Timeline, response: Any, family: str, end_ns: int | None = None) -> None:
-    """A non-streamed body that has been read: its usage, then the end of the call."""
+def finish_whole(tl: Timeline, family: str, status: int, content: bytes | None, end_ns: int | None = None) -> None:
+    """A non-streamed body that has been read (``content``, None when the app did not read it): its
+    usage, then the end of the call."""
     try:
-        content = getattr(response, "_content", None)
         data = json.loads(content) if content else None
     except ValueError:  # not JSON: nothing to read
         data = None
     try:
-        if isinstance(data, Mapping) and response.status_code < 400:
+        if isinstance(data, Mapping) and status < 400:
             _read_whole(tl, data, family)
     except Exception:
         internal_error("reading a direct response failed")
-    if response.status_code >= 400:  # the HTTP conventions' error.type for a status error
-        tl.finish(sc.END_ERROR, end_ns, error_type=str(response.status_code))
+    if status >= 400:  # the HTTP conventions' error.type for a status error
+        tl.finish(sc.END_ERROR, end_ns, error_type=str(status))
     else:
         tl.finish(sc.END_COMPLETED, end_ns)
 
@@ -285,11 +288,13 @@ class DirectCalls:
         self.recorder = recorder
         self.provider_of = provider_of
 
-    def start(self, request: Any) -> tuple[Timeline, str] | None:
+    def start(self, request: WireRequest) -> tuple[Timeline, str] | None:
         return start(self.recorder, self.provider_of, request)
 
-    def finish_whole(self, tl: Timeline, response: Any, family: str, end_ns: int | None = None) -> None:
-        finish_whole(tl, response, family, end_ns)
+    def finish_whole(
+        self, tl: Timeline, family: str, status: int, content: bytes | None, end_ns: int | None = None
+    ) -> None:
+        finish_whole(tl, family, status, content, end_ns)
 
     def sse_reader(self, tl: Timeline, family: str) -> SseReader:
         return SseReader(tl, family)
