@@ -47,6 +47,30 @@ def error_type_of(exc: BaseException) -> str:
     return type(exc).__qualname__
 
 
+# One ``error.type`` vocabulary on every path (docs/semantics.md): the class name of the exception the
+# official SDKs raise for the failure, whether or not an SDK carried the call. A call read on the wire
+# gets the name the openai SDK (whose classes anthropic's mirror) would have raised for its status.
+_STATUS_ERRORS = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    409: "ConflictError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+}
+ERROR_EVENT = "APIError"
+"""``error.type`` of an error event inside a stream whose status said success (the SDKs raise APIError)."""
+
+
+def error_type_for_status(status: int) -> str:
+    """``error.type`` of an HTTP error status, as the SDKs name the exception they raise for it."""
+    known = _STATUS_ERRORS.get(status)
+    if known is not None:
+        return known
+    return "InternalServerError" if status >= 500 else "APIStatusError"
+
+
 def end_on_exception(tl: Timeline, exc: BaseException, end_ns: int | None = None) -> None:
     if is_cancellation(exc):
         tl.finish(sc.END_CANCELLED, end_ns)

@@ -22,7 +22,7 @@ from . import semconv as sc
 from ._internal import internal_error
 from ._patch import Patches
 from .context import CURRENT_CALL
-from .streams import end_on_exception, watch
+from .streams import end_on_exception, error_type_for_status, watch
 from .timeline import Timeline
 
 log = logging.getLogger("firsttoken")
@@ -370,7 +370,7 @@ def _request_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 class WireRequest:
     """What the provider layer reads of a request, whichever HTTP client sends it (the client seam)."""
 
-    __slots__ = ("content", "headers", "host", "json", "method", "path", "port", "scheme")
+    __slots__ = ("client", "content", "headers", "host", "json", "method", "path", "port", "scheme")
 
     def __init__(
         self,
@@ -382,6 +382,7 @@ class WireRequest:
         headers: Any,
         content: bytes | None,
         json: Any = None,
+        client: Any = None,
     ) -> None:
         self.method = method
         self.scheme = scheme
@@ -394,25 +395,32 @@ class WireRequest:
         """The body's bytes; None when the client streams it (nothing to read up front)."""
         self.json = json
         """The body as the app handed it to the client already parsed (aiohttp's ``json=``), else None."""
+        self.client = client
+        """The client object whose connection pool sends it (for client reuse), if known."""
 
 
-def httpx_request(request: Any) -> WireRequest:
-    """An httpx / httpx2 ``Request`` as the provider layer reads it."""
+def httpx_request(request: Any, client: Any = None) -> WireRequest:
+    """An httpx / httpx2 ``Request`` (sent by ``client``) as the provider layer reads it."""
     url = request.url
     try:
         content = request.content
     except RuntimeError:  # httpx's RequestNotRead: a streaming request body
         content = None
-    return WireRequest(request.method, url.scheme, url.host or None, url.port, url.path, request.headers, content)
+    headers = request.headers
+    return WireRequest(request.method, url.scheme, url.host or None, url.port, url.path, headers, content, None, client)
 
 
 class SseFeed(Protocol):
     """Reads a streamed body's SSE events from the raw bytes passing through the transport."""
 
     done: bool
-    """Whether the stream's terminal event has been seen."""
+    """Whether the stream's terminal event has been seen (or it failed)."""
 
     def feed(self, chunk: bytes) -> None: ...
+
+    def fail(self, exc: BaseException) -> None:
+        """Reading the body raised ``exc``: the call ends with it, at this moment."""
+        ...
 
 
 class DirectCalls(Protocol):
@@ -450,9 +458,15 @@ def _observing_classes(module: Any) -> tuple[type, type]:
             self._inner, self._reader = inner, reader
 
         def __iter__(self) -> Any:
-            for chunk in self._inner:
-                self._reader.feed(chunk)
-                yield chunk
+            try:
+                for chunk in self._inner:
+                    self._reader.feed(chunk)
+                    yield chunk
+            except GeneratorExit:
+                raise
+            except BaseException as exc:  # dropped, timed out, interrupted: the call ends with it
+                self._reader.fail(exc)
+                raise
 
         def close(self) -> None:
             self._inner.close()
@@ -462,9 +476,15 @@ def _observing_classes(module: Any) -> tuple[type, type]:
             self._inner, self._reader = inner, reader
 
         async def __aiter__(self) -> Any:
-            async for chunk in self._inner:
-                self._reader.feed(chunk)
-                yield chunk
+            try:
+                async for chunk in self._inner:
+                    self._reader.feed(chunk)
+                    yield chunk
+            except GeneratorExit:
+                raise
+            except BaseException as exc:  # dropped, timed out, cancelled: the call ends with it
+                self._reader.fail(exc)
+                raise
 
         async def aclose(self) -> None:
             await self._inner.aclose()
@@ -472,11 +492,11 @@ def _observing_classes(module: Any) -> tuple[type, type]:
     return ObservedSync, ObservedAsync
 
 
-def _start_direct(calls: DirectCalls | None, request: Any) -> tuple[Timeline, str] | None:
+def _start_direct(calls: DirectCalls | None, client: Any, request: Any) -> tuple[Timeline, str] | None:
     if calls is None or request is None:
         return None
     try:
-        return calls.start(httpx_request(request))
+        return calls.start(httpx_request(request, client))
     except Exception:
         internal_error("could not start a direct httpx call")
         return None
@@ -484,8 +504,12 @@ def _start_direct(calls: DirectCalls | None, request: Any) -> tuple[Timeline, st
 
 def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: Any) -> None:
     """After a plain-httpx LLM request was sent: end it now, or when its body has been read."""
+    status = response.status_code
+    if status >= 400 and not response.is_closed:  # an error status ends the call now, streamed or not
+        tl.finish(sc.END_ERROR, time.perf_counter_ns(), error_type_for_status(status))
+        return
     if response.is_closed:
-        calls.finish_whole(tl, family, response.status_code, getattr(response, "_content", None))
+        calls.finish_whole(tl, family, status, getattr(response, "_content", None))
         return
     if "text/event-stream" in response.headers.get("content-type", "") and not response.headers.get("content-encoding"):
         reader = calls.sse_reader(tl, family)
@@ -510,9 +534,9 @@ def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: An
     watch(response, tl)
 
 
-def _send_direct(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _send_direct(wrapped: Any, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     calls = _direct
-    started = _start_direct(calls, _request_of(args, kwargs))
+    started = _start_direct(calls, client, _request_of(args, kwargs))
     if calls is None or started is None:
         return wrapped(*args, **kwargs)
     tl, family = started
@@ -535,9 +559,9 @@ def _send_direct(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     return response
 
 
-async def _send_direct_async(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def _send_direct_async(wrapped: Any, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     calls = _direct
-    started = _start_direct(calls, _request_of(args, kwargs))
+    started = _start_direct(calls, client, _request_of(args, kwargs))
     if calls is None or started is None:
         return await wrapped(*args, **kwargs)
     tl, family = started
@@ -563,7 +587,7 @@ async def _send_direct_async(wrapped: Any, args: tuple[Any, ...], kwargs: dict[s
 def _send(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     tl = CURRENT_CALL.get()
     if tl is None:
-        return _send_direct(wrapped, args, kwargs)
+        return _send_direct(wrapped, instance, args, kwargs)
     if tl.ended:
         return wrapped(*args, **kwargs)
     try:
@@ -581,7 +605,7 @@ def _send(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, 
 async def _send_async(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     tl = CURRENT_CALL.get()
     if tl is None:
-        return await _send_direct_async(wrapped, args, kwargs)
+        return await _send_direct_async(wrapped, instance, args, kwargs)
     if tl.ended:
         return await wrapped(*args, **kwargs)
     try:
@@ -623,14 +647,29 @@ def _read_done(response: Any) -> None:
         internal_error("response-read hook failed")
 
 
+def _read_failed(response: Any, exc: BaseException) -> None:
+    """Reading a whole body raised (connection dropped, timeout): the call ends with it now."""
+    tl = call_for_response(response)
+    if tl is not None and not tl.ended and tl.on_close is not None:
+        end_on_exception(tl, exc)
+
+
 def _read(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    result = wrapped(*args, **kwargs)
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as exc:  # the app's to handle, once the call has ended with it
+        _read_failed(instance, exc)
+        raise
     _read_done(instance)
     return result
 
 
 async def _aread(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    result = await wrapped(*args, **kwargs)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:  # the app's to handle, once the call has ended with it
+        _read_failed(instance, exc)
+        raise
     _read_done(instance)
     return result
 

@@ -40,7 +40,7 @@ from . import semconv as sc
 from ._internal import internal_error
 from ._patch import Patches
 from .context import CURRENT_CALL
-from .streams import end_on_exception, watch
+from .streams import end_on_exception, error_type_for_status, watch
 from .timeline import Timeline
 from .transport import (
     DirectCalls,
@@ -83,7 +83,7 @@ def _wire_request(session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
         data = data.encode()
     content = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else None
     headers = _Headers(kwargs.get("headers"), getattr(session, "headers", None))
-    return WireRequest("POST", url.scheme, url.host, url.port, url.path, headers, content, kwargs.get("json"))
+    return WireRequest("POST", url.scheme, url.host, url.port, url.path, headers, content, kwargs.get("json"), session)
 
 
 def _observed_class(base: type) -> type:
@@ -223,6 +223,9 @@ class AiohttpAdapter:
         if transport is not None:
             tls_facts(tl, transport)
         register_response(response, tl)
+        if response.status >= 400:  # an error status ends the call now, streamed or not
+            tl.finish(sc.END_ERROR, now, error_type_for_status(response.status))
+            return
         stream = response.content
         if "text/event-stream" in response.headers.get("Content-Type", "") and type(stream) is self.stream_class:
             feed = self.calls.sse_reader(tl, family)
@@ -247,7 +250,17 @@ class AiohttpAdapter:
         watch(response, tl)
 
     async def _read(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        body = await wrapped(*args, **kwargs)
+        tl = call_for_response(instance)
+        if tl is None or tl.ended:
+            return await wrapped(*args, **kwargs)
+        on_close, tl.on_close = tl.on_close, None  # read() closes the response when it fails
+        try:
+            body = await wrapped(*args, **kwargs)
+        except BaseException as exc:  # dropped, timed out, cancelled: the call ends with it
+            end_on_exception(tl, exc)
+            raise
+        finally:
+            tl.on_close = on_close
         _ended(instance)
         return body
 
