@@ -118,6 +118,12 @@ def _anthropic(installation: Installation, module: ModuleType) -> bool:
     return anthropic_hooks.patch(installation.patches, installation.recorder, installation.provider_of)
 
 
+def _groq(installation: Installation, module: ModuleType) -> bool:
+    from .providers import openai as openai_hooks
+
+    return openai_hooks.patch_groq(installation.patches, installation.recorder, installation.provider_of)
+
+
 def _httpx(installation: Installation, module: ModuleType) -> bool:
     # Plain httpx calls to LLM APIs are measured whether or not an SDK is installed.
     from . import transport
@@ -147,6 +153,7 @@ def _anyio(installation: Installation, module: ModuleType) -> bool:
 _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("openai", _openai),
     ("anthropic", _anthropic),
+    ("groq", _groq),
     ("httpx2", _httpx),
     ("httpx", _httpx),
     ("anyio", _anyio),

@@ -244,8 +244,11 @@ def read_result(tl: Timeline, result: Any) -> None:
 
 
 def _delta_has_output(delta: Any) -> bool:
-    # ChoiceDelta.audio is a field from openai 3.25; before, it is an attribute only when sent.
-    if delta.content or delta.tool_calls or delta.refusal or delta.function_call or getattr(delta, "audio", None):
+    # ChoiceDelta.audio is a field from openai 3.25; before, it is an attribute only when sent. groq's
+    # ChoiceDelta has no refusal.
+    if delta.content or delta.tool_calls or delta.function_call or getattr(delta, "refusal", None):
+        return True
+    if getattr(delta, "audio", None):
         return True
     extra = delta.model_extra
     return bool(extra and (extra.get("reasoning_content") or extra.get("reasoning")))
@@ -510,3 +513,48 @@ def patch(patches: Patches, recorder: Recorder, provider_of: common.ProviderReso
     from openai import _streaming
 
     return OpenAIHooks(recorder, provider_of).install(patches, _PUBLIC_METHODS)
+
+
+# -- groq: the same Stainless chokepoints, OpenAI's chat completions under /openai/v1 -----------------
+
+GROQ_SUPPORTED = ">=0.13.1,<2"
+"""The groq versions firsttoken is tested with."""
+
+_groq_streaming: ModuleType  # groq._streaming, imported when patching
+
+
+def observe_groq_chunk(tl: Timeline, chunk: Any, now: int) -> None:
+    """A groq chunk: as an OpenAI one, and Groq's ``x_groq`` (a declared field of groq's models, not
+    an extra) read on the final chunk, where Groq puts its usage and timing."""
+    observe_chat_chunk(tl, chunk, now)
+    if chunk.x_groq is not None and (not chunk.choices or chunk.choices[0].finish_reason is not None):
+        server_timing.read(tl, chunk)
+
+
+class GroqHooks(OpenAIHooks):
+    """The groq SDK, generated as openai's is: a call and its retries are one call span there, and a
+    failure is the SDK's exception, as for openai (on the wire, each attempt was a call)."""
+
+    provider = "groq"
+
+    def observer(self, tl: Timeline) -> Observer:
+        return observe_groq_chunk if tl.api_type == _API_CHAT else _observer(tl)
+
+    def is_stream(self, result: Any) -> bool:
+        return isinstance(result, (_groq_streaming.Stream, _groq_streaming.AsyncStream))
+
+
+_GROQ_PUBLIC_METHODS = (
+    ("groq.resources.chat.completions", "Completions.create"),
+    ("groq.resources.chat.completions", "AsyncCompletions.create"),
+)
+
+
+def patch_groq(patches: Patches, recorder: Recorder, provider_of: common.ProviderResolver) -> bool:
+    """Install the groq hooks; False (with a warning) when the installed SDK is unsupported."""
+    if not common.check_version("groq", GROQ_SUPPORTED):
+        return False
+    global _groq_streaming
+    from groq import _streaming as _groq_streaming
+
+    return GroqHooks(recorder, provider_of).install(patches, _GROQ_PUBLIC_METHODS)
