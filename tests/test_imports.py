@@ -169,7 +169,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("context",),
     ("recorder", "_patch", "_otlp"),
     ("streams",),
-    ("transport", "transport_aiohttp"),  # the HTTP client adapters
+    ("headers", "transport", "transport_aiohttp"),  # the HTTP client adapters, the header table
     ("providers",),  # wire formats, the call lifecycle, the SDK hooks, the wire path
     ("_install", "instrumentor", "app", "race"),  # the instrumentation and what the app calls
     ("firsttoken", "__main__", "cli", "view"),  # the public API, the command line, the viewer

@@ -40,6 +40,7 @@ from . import semconv as sc
 from ._internal import internal_error
 from ._patch import Patches
 from .context import CURRENT_CALL
+from .headers import read_header_pairs
 from .streams import end_on_exception, error_type_for_status, watch
 from .timeline import Timeline
 from .transport import (
@@ -47,7 +48,6 @@ from .transport import (
     SseFeed,
     WireRequest,
     call_for_response,
-    read_header_pairs,
     register_response,
     tls_facts,
 )
