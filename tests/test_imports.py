@@ -167,7 +167,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sim", "_internal", "_imports", "_version", "_sums", "semconv", "config", "tail"),
     ("timeline",),
     ("context",),
-    ("recorder", "_patch", "_otlp"),
+    ("instruments", "recorder", "_patch", "_otlp"),
     ("streams",),
     ("headers", "transport", "transport_aiohttp"),  # the HTTP client adapters, the header table
     ("providers",),  # wire formats, the call lifecycle, the SDK hooks, the wire path

@@ -16,12 +16,12 @@ from operator import itemgetter
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.metrics import Meter
+from opentelemetry.metrics import Histogram, Meter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
+from . import instruments, tail
 from . import semconv as sc
-from . import tail
 from ._internal import internal_error
 from ._sums import Key, SummedCounter, add_all
 from .config import PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, Settings, warn
@@ -140,6 +140,35 @@ class _Series:
 class Recorder:
     """Owns the tracer and the instruments; turns finished Timelines into telemetry."""
 
+    # The instruments, one per row of instruments.INSTRUMENTS (made in __init__).
+    _duration: Histogram
+    _ttfc: Histogram
+    _ttft: Histogram
+    _tpot: Histogram
+    _token_usage: Histogram
+    _chunk_gap: Histogram | None
+    _input_tokens: SummedCounter
+    _cache_read: SummedCounter
+    _cache_creation: SummedCounter
+    _output_tokens: SummedCounter
+    _reasoning_tokens: SummedCounter
+    _phase: SummedCounter
+    _connections: SummedCounter
+    _request_bytes: SummedCounter
+    _response_bytes: SummedCounter
+    _retries: SummedCounter
+    _server_time: SummedCounter
+    _server_reports: SummedCounter
+    _finish_reasons: SummedCounter
+    _sdk_clients: SummedCounter
+    _prefix_input: SummedCounter
+    _prefix_cache_read: SummedCounter
+    _conversation_input: Histogram
+    _conversation_ttft: Histogram
+    _action_duration: Histogram
+    _action_llm_busy: Histogram
+    _phase_duration: Histogram
+
     def __init__(self, tracer: Tracer, meter: Meter, settings: Settings) -> None:
         self.tracer = tracer
         self.settings = settings
@@ -148,147 +177,8 @@ class Recorder:
         self._phase_keys: dict[str, str] = {}
         self._series_cache: dict[tuple[Any, ...], _Series] = {}
         self._bound = _Bounds(settings.metric_value_limit)
-        self._duration = meter.create_histogram(
-            sc.M_OPERATION_DURATION,
-            unit=sc.UNIT_SECONDS,
-            description="GenAI operation duration: SDK call to last byte or end of stream.",
-            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-        )
-        self._ttfc = meter.create_histogram(
-            sc.M_TIME_TO_FIRST_CHUNK,
-            unit=sc.UNIT_SECONDS,
-            description="Time from the SDK call to the first streamed chunk.",
-            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-        )
-        self._ttft = meter.create_histogram(
-            sc.M_TIME_TO_FIRST_TOKEN,
-            unit=sc.UNIT_SECONDS,
-            description="Time from the SDK call to the first streamed chunk carrying generated output.",
-            explicit_bucket_boundaries_advisory=sc.TTFT_BUCKETS,
-        )
-        self._tpot = meter.create_histogram(
-            sc.M_TIME_PER_OUTPUT_TOKEN,
-            unit=sc.UNIT_SECONDS,
-            description="Decode time per output token after the first.",
-            explicit_bucket_boundaries_advisory=sc.TPOT_BUCKETS,
-        )
-        self._token_usage = meter.create_histogram(
-            sc.M_TOKEN_USAGE,
-            unit=sc.UNIT_TOKENS,
-            description="Input and output tokens per call.",
-            explicit_bucket_boundaries_advisory=sc.TOKEN_BUCKETS,
-        )
-        self._chunk_gap = (
-            meter.create_histogram(
-                sc.M_TIME_PER_OUTPUT_CHUNK,
-                unit=sc.UNIT_SECONDS,
-                description="Time between consecutive streamed chunks (opt-in).",
-                explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-            )
-            if settings.chunk_metrics
-            else None
-        )
-        self._input_tokens = SummedCounter(
-            meter, sc.M_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens, cached ones included."
-        )
-        self._cache_read = SummedCounter(
-            meter, sc.M_CACHE_READ_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens read from cache."
-        )
-        self._cache_creation = SummedCounter(
-            meter,
-            sc.M_CACHE_CREATION_INPUT_TOKENS,
-            unit=sc.UNIT_TOKENS,
-            description="Input tokens written to the provider's prompt cache.",
-        )
-        self._output_tokens = SummedCounter(
-            meter, sc.M_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Output tokens, reasoning included."
-        )
-        self._reasoning_tokens = SummedCounter(
-            meter, sc.M_REASONING_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Reasoning output tokens."
-        )
-        # Where the time went, summed: means and shares need no buckets, and a call's own phases are
-        # attributes of its span (its waterfall too when it is in the tail).
-        self._phase = SummedCounter(
-            meter,
-            sc.M_PHASE_TIME,
-            unit=sc.UNIT_SECONDS,
-            description="Seconds spent in each phase of the calls (dns, tcp_connect, server_wait, decode, ...).",
-        )
-        self._connections = SummedCounter(
-            meter, sc.M_CONNECTIONS, unit="{connection}", description="Requests by connection outcome: new or reused."
-        )
-        self._request_bytes = SummedCounter(
-            meter,
-            sc.M_REQUEST_BYTES,
-            unit="By",
-            description="Request body bytes as sent (after any compression the client applied).",
-        )
-        self._response_bytes = SummedCounter(
-            meter, sc.M_RESPONSE_BYTES, unit="By", description="Response body bytes as received (before decompression)."
-        )
-        self._retries = SummedCounter(
-            meter, sc.M_RETRIES, unit="{retry}", description="Requests the SDK sent again (rate limits, errors)."
-        )
-        self._server_time = SummedCounter(
-            meter,
-            sc.M_SERVER_TIMING_TIME,
-            unit=sc.UNIT_SECONDS,
-            description="Provider-reported server seconds by phase (queue, prompt, completion, processing).",
-        )
-        self._server_reports = SummedCounter(
-            meter,
-            sc.M_SERVER_TIMING_REPORTS,
-            unit="{report}",
-            description="Calls whose provider reported server time, by phase.",
-        )
-        self._finish_reasons = SummedCounter(
-            meter,
-            sc.M_FINISH_REASONS,
-            unit="{call}",
-            description="Calls by finish reason (length: stopped by max_tokens).",
-        )
-        self._sdk_clients = SummedCounter(
-            meter, sc.M_SDK_CLIENTS, unit="{client}", description="SDK client instances seen making their first call."
-        )
-        self._prefix_input = SummedCounter(
-            meter, sc.M_PREFIX_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens by prompt-prefix hash."
-        )
-        self._prefix_cache_read = SummedCounter(
-            meter,
-            sc.M_PREFIX_CACHE_READ_INPUT_TOKENS,
-            unit=sc.UNIT_TOKENS,
-            description="Cached input tokens by prompt-prefix hash.",
-        )
-        self._conversation_input = meter.create_histogram(
-            sc.M_CONVERSATION_INPUT_TOKENS,
-            unit=sc.UNIT_TOKENS,
-            description="Input tokens per call by conversation turn: context growth.",
-            explicit_bucket_boundaries_advisory=sc.TOKEN_BUCKETS,
-        )
-        self._conversation_ttft = meter.create_histogram(
-            sc.M_CONVERSATION_TTFT,
-            unit=sc.UNIT_SECONDS,
-            description="Time to first token by conversation turn: what context growth costs.",
-            explicit_bucket_boundaries_advisory=sc.TTFT_BUCKETS,
-        )
-        self._action_duration = meter.create_histogram(
-            sc.M_ACTION_DURATION,
-            unit=sc.UNIT_SECONDS,
-            description="Application end-to-end: user action to result rendered.",
-            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-        )
-        self._action_llm_busy = meter.create_histogram(
-            sc.M_ACTION_LLM_BUSY_TIME,
-            unit=sc.UNIT_SECONDS,
-            description="Per action, the time at least one LLM call was in flight.",
-            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-        )
-        self._phase_duration = meter.create_histogram(
-            sc.M_APP_PHASE_DURATION,
-            unit=sc.UNIT_SECONDS,
-            description="Duration of an application-side phase of an action.",
-            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-        )
+        for attr, instrument in instruments.make_all(meter, settings).items():
+            setattr(self, "_" + attr, instrument)
 
     # -- start -----------------------------------------------------------------------------
 
