@@ -164,10 +164,10 @@ def test_no_module_uses_another_modules_private_names(package: tuple[dict[str, M
 # The layers of docs/design.md, lowest first: a module imports only modules of its own layer or below.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the simulator stands alone; the foundations name things and hold no state of a call
-    ("sim", "_internal", "_imports", "_version", "_sums", "semconv", "config", "tail"),
+    ("sim", "_internal", "_imports", "_version", "_sums", "semconv", "config"),
     ("timeline",),
     ("context",),
-    ("instruments", "recorder", "_patch", "_otlp"),
+    ("tail", "instruments", "recorder", "_patch", "_otlp"),
     ("streams",),
     ("headers", "transport", "transport_aiohttp"),  # the HTTP client adapters, the header table
     ("providers",),  # wire formats, the call lifecycle, the SDK hooks, the wire path

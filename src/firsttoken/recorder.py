@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import threading
-from operator import itemgetter
 from typing import Any
 
 from opentelemetry import trace
@@ -29,7 +28,6 @@ from .timeline import STREAM_TEXT_KEY, Timeline, is_cancellation, turn_bucket
 
 log = logging.getLogger("firsttoken")
 
-_AT = itemgetter(0)
 
 _MAX_SERIES = 1024
 """Attribute sets kept for reuse; past that the cache starts over (it only saves building them)."""
@@ -207,7 +205,7 @@ class Recorder:
         if span is None:
             return
         try:
-            phases = self.phases(tl)
+            phases = tl.phases()
             totals: dict[str, int] = {}
             for start, end, name in phases:
                 totals[name] = totals.get(name, 0) + end - start
@@ -217,7 +215,7 @@ class Recorder:
                 if mode == PHASE_SPANS_TAIL:
                     budget = self._budget
                     budget.credit()
-                    if self.in_tail(tl, totals):
+                    if tail.in_tail(tl, totals, self._slow):
                         if budget.take():
                             self._phase_spans(span, tl, phases)
                         else:
@@ -237,36 +235,6 @@ class Recorder:
             span.end(end_time=tl.wall_ns(end_ns))
             if tl.action is not None:
                 tl.action.add_call(tl.start_ns, end_ns)
-
-    def in_tail(self, tl: Timeline, totals: dict[str, int]) -> bool:
-        """Whether a call is one someone will drill into: failed, retried, slow to connect, over the
-        targets the Collector keeps traces for, or, outside a traffic class with targets, slow for
-        its kind (above the running p90)."""
-        if tl.error_type or tl.attempts > 1:
-            return True
-        setup = 0
-        for name, ns in totals.items():
-            if name in sc.CONNECTION_SETUP_PHASES:
-                setup += ns
-        if setup > tail.SLOW_CONNECT_S * 1e9:
-            return True
-        duration = tl.duration_s
-        if duration is None:
-            return False
-        ttft = tl.time_to_first_token_s if tl.stream else None
-        if tl.stream:
-            tpot = tl.time_per_output_token_s
-            if tpot is not None and tpot > tail.SLOW_TPOT_S:
-                return True
-        traffic_class = tl.traffic_class or ""
-        if duration > tail.E2E_TARGETS.get(traffic_class, tail.E2E_TARGETS[""]):
-            return True
-        if ttft is not None and ttft > tail.TTFT_TARGETS.get(traffic_class, tail.TTFT_TARGETS[""]):
-            return True
-        if traffic_class in tail.TTFT_TARGETS and traffic_class:
-            return False  # a class with targets: slow means over them
-        kind = (tl.provider, tl.operation, tl.request_model, tl.stream, traffic_class)
-        return self._slow.is_slow(kind, duration if ttft is None else ttft)
 
     def _annotate(self, span: Span, tl: Timeline, totals: dict[str, int]) -> None:
         attrs: dict[str, AttributeValue] = dict(tl.request)
@@ -375,30 +343,6 @@ class Recorder:
             if len(value) > limit:
                 value = value[: limit - 14] + "...[truncated]"
             out[key] = value
-        return out
-
-    @staticmethod
-    def phases(tl: Timeline) -> list[tuple[int, int, str]]:
-        """The call cut into leaf phases (start, end, name) that tile it: no gap, no overlap."""
-        end_ns = tl.end_ns if tl.end_ns is not None else tl.last_observed_ns()
-        cuts = list(tl.cuts)
-        if tl.first_token_ns is not None:
-            cuts.append((tl.first_token_ns, sc.PHASE_WAIT_FIRST_TOKEN))
-        if tl.last_token_ns is not None and tl.last_token_ns != tl.first_token_ns:
-            cuts.append((tl.last_token_ns, sc.PHASE_DECODE))
-        cuts.sort(key=_AT)  # by time only: cuts at the same moment keep the order they were made in
-        cuts.append((end_ns, sc.PHASE_FINISH))
-        out: list[tuple[int, int, str]] = []
-        at = tl.start_ns
-        for cut, name in cuts:
-            cut = min(max(cut, at), end_ns)
-            if cut == at:
-                continue
-            if out and out[-1][2] == name:
-                out[-1] = (out[-1][0], cut, name)
-            else:
-                out.append((at, cut, name))
-            at = cut
         return out
 
     def _phase_spans(self, span: Span, tl: Timeline, phases: list[tuple[int, int, str]]) -> None:
