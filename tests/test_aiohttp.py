@@ -232,3 +232,39 @@ def test_other_aiohttp_requests_pass_straight_through(telemetry: Telemetry, sim:
     assert asyncio.run(run()) == 200
     assert telemetry.calls() == []
     assert "aiohttp" in sys.modules
+
+
+def test_wire_phases_over_tls_and_a_reused_connection(telemetry: Telemetry) -> None:
+    """aiohttp's TraceConfig gives the set-up phases (DNS, then TCP and TLS as one ``connect``: aiohttp
+    does not separate them), TLS facts, and a reused connection for the second call; the phases tile."""
+    import ssl
+
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost", "127.0.0.1").configure_cert(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    _fmt, path, body = _requests(stream=True)[0]
+
+    async def run(url: str) -> None:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client)) as session:
+            for _ in range(2):
+                async with session.post(url, json=body) as response:
+                    async for _ in response.content:
+                        pass
+
+    with Simulator(latency=MODEL, seed=3, ssl_context=server) as tls_sim:
+        asyncio.run(run(f"https://localhost:{tls_sim.port}{path}"))  # a host name: a DNS lookup
+    first, second = telemetry.calls()
+    a, b = dict(first.attributes or {}), dict(second.attributes or {})
+    phases = [c.attributes[sc.FT_PHASE] for c in telemetry.children(first)]  # type: ignore[index]
+    assert phases[:4] == [sc.PHASE_PREPARE, sc.PHASE_POOL_WAIT, sc.PHASE_DNS, sc.PHASE_CONNECT]
+    assert phases.index(sc.PHASE_CONNECT) < phases.index(sc.PHASE_SERVER_WAIT)
+    assert a[sc.TLS_PROTOCOL_NAME] == "tls" and a[sc.TLS_PROTOCOL_VERSION] in ("1.2", "1.3")
+    assert a[sc.FT_CONNECTION_REUSED] is False and b[sc.FT_CONNECTION_REUSED] is True
+    assert sc.PHASE_CONNECT not in {c.attributes[sc.FT_PHASE] for c in telemetry.children(second)}  # type: ignore[index]
+    assert a[sc.FT_REQUEST_BODY_SIZE] > 0 and a[sc.FT_RESPONSE_BODY_SIZE] > 0
+    for call in (first, second):
+        kids = telemetry.children(call)
+        assert kids[0].start_time == call.start_time and kids[-1].end_time == call.end_time

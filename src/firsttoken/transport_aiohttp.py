@@ -102,6 +102,7 @@ def _observed_class(base: type) -> type:
                     feed.feed(data)
                     if feed.done and not tl.ended:
                         _feeds.pop(id(self), None)
+                        tl.response_bytes = self.total_bytes
                         tl.finish(sc.END_COMPLETED)
                 except Exception:
                     internal_error("reading an aiohttp stream failed")
@@ -237,6 +238,7 @@ class AiohttpAdapter:
 
             def on_close(tl: Timeline, _response: Any, now: int) -> None:
                 _feeds.pop(id(stream), None)
+                tl.response_bytes = stream.total_bytes
                 tl.finish(sc.END_COMPLETED if feed.done else sc.END_CLOSED, now)
 
             tl.on_close = on_close
@@ -244,7 +246,10 @@ class AiohttpAdapter:
             calls = self.calls
 
             def on_close_whole(tl: Timeline, response: Any, now: int) -> None:
-                calls.finish_whole(tl, family, response.status, getattr(response, "_body", None), now)
+                body = getattr(response, "_body", None)
+                if body is not None:
+                    tl.response_bytes = len(body)
+                calls.finish_whole(tl, family, response.status, body, now)
 
             tl.on_close = on_close_whole
         watch(response, tl)
@@ -300,8 +305,8 @@ async def _create_start(session: Any, ctx: Any, params: Any) -> None:
 
 async def _dns_start(session: Any, ctx: Any, params: Any) -> None:
     tl = CURRENT_CALL.get()
-    if tl is not None:
-        tl.cut(time.perf_counter_ns(), sc.PHASE_CONNECT)
+    if tl is not None:  # from the connection's start to here: still waiting, as httpx's DNS cut says
+        tl.cut(time.perf_counter_ns(), sc.PHASE_POOL_WAIT)
 
 
 async def _dns_end(session: Any, ctx: Any, params: Any) -> None:
