@@ -227,7 +227,7 @@ class AiohttpAdapter:
         if response.status >= 400:  # an error status ends the call now, streamed or not
             tl.finish(sc.END_ERROR, now, error_type_for_status(response.status))
             return
-        stream = response.content
+        stream: Any = response.content
         if "text/event-stream" in response.headers.get("Content-Type", "") and type(stream) is self.stream_class:
             feed = self.calls.sse_reader(tl, family)
             if len(_feeds) >= 64:  # drop what abandoned streams left
