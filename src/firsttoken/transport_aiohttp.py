@@ -136,7 +136,7 @@ class AiohttpAdapter:
         self.wire_phases = wire_phases
         self.trace_config: Any = None
         self.observed: Any = None
-        self.stream_class: type | None = None
+        self.stream_class: Any = None
 
     # -- installing ----------------------------------------------------------------------------
 
