@@ -38,8 +38,23 @@ ANTHROPIC = {
     "messages": [{"role": "user", "content": "Say hello"}],
     "stream": True,
 }
-PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
-BODIES = {"openai": OPENAI, "anthropic": ANTHROPIC}
+GEMINI = {
+    "systemInstruction": {"parts": [{"text": SYSTEM}]},
+    "contents": [{"role": "user", "parts": [{"text": "Say hello"}]}],
+}
+COHERE = {
+    "model": "command-r-plus",
+    "messages": [{"role": "user", "content": "Say hello"}],
+    "stream": True,
+    "tools": TOOLS,
+}
+PATHS = {
+    "openai": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse",
+    "cohere": "/v2/chat",
+}
+BODIES = {"openai": OPENAI, "anthropic": ANTHROPIC, "gemini": GEMINI, "cohere": COHERE}
 
 
 @pytest.fixture
@@ -95,8 +110,10 @@ def _aiohttp(fmt: str, sim: Simulator, times: int) -> None:
 CLIENTS = {"sdk": _sdk, "httpx": _httpx, "aiohttp": _aiohttp}
 
 
-@pytest.mark.parametrize("client", CLIENTS)
-@pytest.mark.parametrize("fmt", PATHS)
+CASES = [(fmt, client) for fmt in PATHS for client in CLIENTS if client != "sdk" or fmt in ("openai", "anthropic")]
+
+
+@pytest.mark.parametrize(("fmt", "client"), CASES, ids=[f"{f}-{c}" for f, c in CASES])
 def test_capture_chunk_gaps_prefix_and_client_reuse_on_every_path(
     captured: Telemetry, sim: Simulator, fmt: str, client: str
 ) -> None:

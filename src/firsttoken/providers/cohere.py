@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import semconv as sc
 from ..timeline import Timeline
-from ._common import to_json
+from ._common import append_output, to_json
 from ._hooks import EVENT_END, EVENT_ERROR, EVENT_MORE, CallDescription, StreamState, WireFormat
 
 CHAT_PATH = "/v2/chat"
@@ -58,6 +58,8 @@ def read_result(tl: Timeline, data: Mapping[str, Any]) -> None:
         tl.response_id = rid
     _finish(tl, data.get("finish_reason"))
     read_usage(tl, data.get("usage"))
+    if tl.capture is not None and data.get("message") is not None:
+        tl.capture[sc.GEN_AI_OUTPUT_MESSAGES] = to_json([data["message"]])
 
 
 def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> bool:
@@ -65,6 +67,10 @@ def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> bool:
     kind = event.get("type")
     if kind in _OUTPUT_EVENTS:
         tl.output_token(now)
+        if tl.capture is not None and kind == "content-delta":
+            text = (((event.get("delta") or {}).get("message") or {}).get("content") or {}).get("text")
+            if isinstance(text, str):
+                append_output(tl, text)
         return False
     if kind == "message-start":
         rid = event.get("id")

@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import semconv as sc
 from ..timeline import Timeline
-from ._common import to_json
+from ._common import append_output, to_json
 from ._hooks import EVENT_END, EVENT_ERROR, EVENT_MORE, CallDescription, StreamState, WireFormat
 
 GENERATE = ":generateContent"
@@ -83,12 +83,16 @@ def read_response(tl: Timeline, data: Mapping[str, Any], now: int | None = None,
             if isinstance(part, Mapping) and (part.get("text") or part.get("functionCall")):
                 produced = True
                 thoughts = thoughts or part.get("thought") is True
+                if tl.capture is not None and now is not None and isinstance(part.get("text"), str):
+                    append_output(tl, part["text"])
         reason = candidate.get("finishReason")
         if isinstance(reason, str) and reason:
             tl.finish_reasons[candidate.get("index", 0) or 0] = reason.lower()
             finished = True
     if produced and now is not None:
         tl.output_token(now)
+    if tl.capture is not None and now is None and data.get("candidates"):  # a whole answer, captured
+        tl.capture[sc.GEN_AI_OUTPUT_MESSAGES] = to_json([c.get("content") for c in data["candidates"]])
     read_usage(tl, data.get("usageMetadata"), thoughts_streamed=thoughts)
     rid = data.get("responseId")
     if isinstance(rid, str) and rid:
