@@ -19,6 +19,10 @@ from firsttoken import semconv as sc
 from firsttoken import streams
 from firsttoken.sim import LatencyModel, Simulator
 
+# An error inside firsttoken fails the test that met it (firsttoken._internal.internal_error re-raises),
+# rather than showing only as a missing attribute; subprocesses the tests start inherit it.
+os.environ["FIRSTTOKEN_INTERNAL_ERRORS"] = "raise"
+
 if os.environ.get("FIRSTTOKEN_TEST_INSTALLED"):  # scripts/test_release.sh: the wheel, never src/
     assert firsttoken.__file__ and firsttoken.__file__.startswith(os.environ["FIRSTTOKEN_TEST_INSTALLED"]), (
         f"testing {firsttoken.__file__}, not the wheel installed in {os.environ['FIRSTTOKEN_TEST_INSTALLED']}"

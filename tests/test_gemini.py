@@ -172,3 +172,35 @@ def test_vertex_ai_paths_are_vertex_ai_wherever_served(telemetry: Telemetry, gsi
 )
 def test_the_path_names_the_model_and_the_streaming(path: str, expected: object) -> None:
     assert gemini_wire.match(path) == expected
+
+
+def test_a_stop_while_thinking_counts_its_thoughts_as_output(telemetry: Telemetry) -> None:
+    """Gemini's MAX_TOKENS during thinking: ``thoughtsTokenCount`` and no ``candidatesTokenCount``
+    (as Gemini sends it; the simulator sends a 0). The span and the metrics agree."""
+    import json
+
+    from firsttoken import _install
+    from firsttoken.providers import direct
+    from firsttoken.transport import WireRequest
+
+    recorder = _install.active_recorder()
+    assert recorder is not None
+    calls = direct.DirectCalls(recorder, direct.common.provider_resolver({}))
+    path = "/v1beta/models/gemini-2.5-flash:generateContent"
+    started = calls.start(WireRequest("POST", "https", "generativelanguage.googleapis.com", None, path, {}, b"{}"))
+    assert started is not None
+    tl, family = started
+    body = {
+        "candidates": [{"content": {"role": "model"}, "finishReason": "MAX_TOKENS", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 7, "toolUsePromptTokenCount": 3, "thoughtsTokenCount": 64},
+    }
+    calls.finish_whole(tl, family, 200, json.dumps(body).encode())
+    a = attrs(telemetry.call())
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 64
+    assert a[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == 64
+    assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] == 10  # the tool-use prompt is input too
+    assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("max_tokens",)
+    metrics = telemetry.metrics()
+    usage = {p.attributes[sc.GEN_AI_TOKEN_TYPE]: p.sum for p in metrics[sc.M_TOKEN_USAGE]}
+    assert usage == {"input": 10, "output": 64}
+    assert [p.value for p in metrics[sc.M_REASONING_OUTPUT_TOKENS]] == [64]

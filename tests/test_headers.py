@@ -12,8 +12,8 @@ from typing import Any
 import openai
 import pytest
 
+from firsttoken import headers
 from firsttoken import semconv as sc
-from firsttoken import transport
 
 from .conftest import Telemetry
 
@@ -59,7 +59,7 @@ def _call(telemetry: Telemetry, headers: list[tuple[str, str]]) -> dict[str, Any
 
 def test_a_huge_request_id_is_capped(telemetry: Telemetry) -> None:
     attrs = _call(telemetry, [("x-request-id", "r" * 12_000)])
-    assert attrs[sc.FT_REQUEST_ID] == "r" * transport.MAX_HEADER_VALUE
+    assert attrs[sc.FT_REQUEST_ID] == "r" * headers.MAX_HEADER_VALUE
 
 
 @pytest.mark.parametrize("bad", ["inf", "-inf", "nan", "-5", "1e400", "9e99", "soon"])

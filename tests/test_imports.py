@@ -161,6 +161,52 @@ def test_no_module_uses_another_modules_private_names(package: tuple[dict[str, M
     assert not problems, "\n".join(problems)
 
 
+# The layers of docs/design.md, lowest first: a module imports only modules of its own layer or below.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # the simulator stands alone; the foundations name things and hold no state of a call
+    ("sim", "_internal", "_imports", "_version", "_sums", "semconv", "config"),
+    ("timeline",),
+    ("context",),
+    ("tail", "instruments", "recorder", "_patch", "_otlp"),
+    ("streams",),
+    ("headers", "transport", "transport_aiohttp"),  # the HTTP client adapters, the header table
+    ("providers",),  # wire formats, the call lifecycle, the SDK hooks, the wire path
+    ("_install", "_exit", "instrumentor", "app", "race"),  # the instrumentation and what the app calls
+    ("firsttoken", "__main__", "cli", "view"),  # the public API, the command line, the viewer
+)
+
+
+def _layer(name: str) -> int:
+    """The layer of module ``firsttoken.x.y``: that of its longest listed prefix."""
+    parts = name.split(".")[1:] or ["firsttoken"]
+    for n in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:n])
+        for index, members in enumerate(LAYERS):
+            if prefix in members:
+                return index
+    raise AssertionError(f"{name} is in no layer of tests/test_imports.py LAYERS (nor docs/design.md)")
+
+
+def test_imports_go_down_the_layers(package: tuple[dict[str, Module], list[str]]) -> None:
+    """The layer order docs/design.md states: no module imports one of a higher layer."""
+    mods, _ = package
+    upward = [
+        f"{name} (layer {_layer(name)}) imports {target} (layer {_layer(target)})"
+        for name, mod in mods.items()
+        for target in sorted(mod.imports)
+        if _layer(target) > _layer(name)
+    ]
+    assert upward == []
+
+
+def test_the_layers_are_the_ones_docs_design_states() -> None:
+    text = (PACKAGE.parents[1] / "docs" / "design.md").read_text()
+    for members in LAYERS:
+        for member in members:
+            shown = "firsttoken/__init__.py" if member == "firsttoken" else member
+            assert f"`{shown}" in text, f"docs/design.md does not place {member}"
+
+
 def _write(root: Path, files: dict[str, str]) -> dict[str, Module]:
     for name, text in files.items():
         path = root / "pkg" / name

@@ -186,3 +186,21 @@ def test_groq_stream_closed_early(telemetry: Telemetry, tsim: Simulator) -> None
     a = attrs(telemetry.call())
     assert a[sc.GEN_AI_PROVIDER_NAME] == "groq" and a[sc.FT_END_REASON] == sc.END_CLOSED
     assert a[sc.FT_TIME_TO_FIRST_TOKEN] >= 0.03
+
+
+def test_groq_retries_are_one_call_span_with_its_attempts(telemetry: Telemetry, tsim: Simulator) -> None:
+    """groq's SDK retries a 429 itself: one call, two attempts (on the wire it was a span per attempt)."""
+    from firsttoken.sim import Fault
+
+    tsim.inject(Fault.rate_limit(retry_after=0))
+    g = groq.Groq(api_key="test-key", base_url=tsim.url, max_retries=2)
+    stream = g.chat.completions.create(
+        model="llama-3.3-70b-versatile", messages=[{"role": "user", "content": "Hi"}], stream=True
+    )
+    for _ in stream:
+        pass
+    a = attrs(telemetry.call())
+    assert [r.path for r in tsim.requests] == ["/openai/v1/chat/completions"] * 2
+    assert a[sc.FT_ATTEMPTS] == 2
+    assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert a[sc.GEN_AI_PROVIDER_NAME] == "groq"

@@ -34,6 +34,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from . import _imports, streams
+from ._internal import internal_error
 from ._otlp import Export, run_bounded
 
 log = logging.getLogger("firsttoken")
@@ -214,14 +215,14 @@ class _WorkerExit:
             if _in_multiprocessing_worker(util):  # instrument() ran inside a running worker
                 self.in_worker(util)
         except Exception:
-            log.debug("firsttoken: watching %s's workers failed", util.__name__, exc_info=True)
+            internal_error("watching %s's workers failed", util.__name__)
 
     def in_worker(self, util: ModuleType) -> None:
         self.routine.rearm()
         try:
             util.Finalize(None, self.routine, exitpriority=_WORKER_EXIT_PRIORITY)
         except Exception:
-            log.debug("firsttoken: registering a worker finalizer failed", exc_info=True)
+            internal_error("registering a worker finalizer failed")
 
 
 def _in_multiprocessing_worker(util: ModuleType) -> bool:
@@ -246,7 +247,7 @@ def _billiard_pool(routine: ExitRoutine) -> Callable[[ModuleType], None]:
 
             wrapt.wrap_function_wrapper(module, "Worker._do_exit", do_exit)
         except Exception:
-            log.debug("firsttoken: watching billiard's pool workers failed", exc_info=True)
+            internal_error("watching billiard's pool workers failed")
 
     return patch
 

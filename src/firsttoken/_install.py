@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import _imports
+from ._internal import internal_error
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -90,7 +91,7 @@ class _Hook:
                     self.installation.patched.append(self.name)
                     log.debug("firsttoken: instrumented %s", self.name)
             except Exception:
-                log.debug("firsttoken: instrumenting %s failed", self.name, exc_info=True)
+                internal_error("instrumenting %s failed", self.name)
 
 
 _current: Installation | None = None
@@ -127,6 +128,12 @@ def _anthropic(installation: Installation, module: ModuleType) -> bool:
     return anthropic_hooks.patch(installation.patches, installation.recorder, installation.provider_of)
 
 
+def _groq(installation: Installation, module: ModuleType) -> bool:
+    from .providers import openai as openai_hooks
+
+    return openai_hooks.patch_groq(installation.patches, installation.recorder, installation.provider_of)
+
+
 def _httpx(installation: Installation, module: ModuleType) -> bool:
     # Plain httpx calls to LLM APIs are measured whether or not an SDK is installed.
     from . import transport
@@ -134,6 +141,17 @@ def _httpx(installation: Installation, module: ModuleType) -> bool:
 
     transport.configure(installation.recorder, direct.DirectCalls(installation.recorder, installation.provider_of))
     return transport.patch_flavour(installation.patches, module)
+
+
+def _aiohttp(installation: Installation, module: ModuleType) -> bool:
+    # LLM calls sent with aiohttp (google-genai's async client when aiohttp is installed): the same
+    # DirectCalls as plain httpx, through aiohttp's own adapter.
+    from .providers import direct
+    from .transport_aiohttp import AiohttpAdapter
+
+    calls = direct.DirectCalls(installation.recorder, installation.provider_of)
+    adapter = AiohttpAdapter(calls, installation.recorder.settings.wire_phases)
+    return adapter.patch(installation.patches, module)
 
 
 def _anyio(installation: Installation, module: ModuleType) -> bool:
@@ -145,9 +163,11 @@ def _anyio(installation: Installation, module: ModuleType) -> bool:
 _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("openai", _openai),
     ("anthropic", _anthropic),
+    ("groq", _groq),
     ("httpx2", _httpx),
     ("httpx", _httpx),
     ("anyio", _anyio),
+    ("aiohttp", _aiohttp),
 )
 
 
@@ -263,7 +283,7 @@ def flush(timeout: float | None = None) -> bool:
             meter_provider = meter_provider or metrics.get_meter_provider()
         return _exit.flush(_timeout(timeout), tracer_provider, meter_provider)
     except Exception:
-        log.debug("firsttoken: flush failed", exc_info=True)
+        internal_error("flush failed")
         return False
 
 
@@ -277,5 +297,5 @@ def close_own(timeout: float | None = None) -> bool:
         _exit.disarm()
         return done
     except Exception:
-        log.debug("firsttoken: shutdown failed", exc_info=True)
+        internal_error("shutdown failed")
         return False

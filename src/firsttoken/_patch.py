@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from . import _imports
+from ._internal import internal_error
 
 log = logging.getLogger("firsttoken")
 
@@ -66,7 +67,7 @@ class Patches:
                 try:
                     self.wrap(module, path, wrapper)
                 except Exception:
-                    log.debug("firsttoken: patching %s.%s failed", module, path, exc_info=True)
+                    internal_error("patching %s.%s failed", module, path)
 
         with self._lock:
             self._pending.append(patch_now)

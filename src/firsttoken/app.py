@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import semconv as sc
 from ._install import active_recorder
+from ._internal import internal_error
 from .config import warn
 from .context import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS, ActionState
 
@@ -140,7 +141,7 @@ class _Scope:
         try:
             self._start(entry)
         except Exception:  # never let telemetry break the app
-            log.debug("firsttoken: entering %s failed", type(self).__name__, exc_info=True)
+            internal_error("entering %s failed", type(self).__name__)
         entry.token = _ENTRY.set(entry)
         self._entries.append(entry)
         return self
@@ -156,7 +157,7 @@ class _Scope:
         try:
             self._end(entry, end_ns, exc)
         except Exception:
-            log.debug("firsttoken: leaving %s failed", type(self).__name__, exc_info=True)
+            internal_error("leaving %s failed", type(self).__name__)
 
     def _take(self) -> _Entry | None:
         """This context's entry (one instance may be open in several tasks at once), else the last."""
@@ -191,7 +192,7 @@ class _Scope:
                                 sent = yield item
                             except GeneratorExit:
                                 raise
-                            except BaseException as exc:
+                            except BaseException as exc:  # the app's, thrown into its generator
                                 item = await gen.athrow(exc)
                             else:
                                 item = await gen.asend(sent)

@@ -287,7 +287,7 @@ class _SyncContender(threading.Thread):
                             break
                     if self._stop():
                         return
-        except BaseException as exc:
+        except BaseException as exc:  # the call's own error: the race reports it
             self.error = exc
         with self.lock:
             self.finished = True

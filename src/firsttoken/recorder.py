@@ -12,23 +12,22 @@ import contextlib
 import json
 import logging
 import threading
-from operator import itemgetter
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.metrics import Meter
+from opentelemetry.metrics import Histogram, Meter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
+from . import instruments, tail
 from . import semconv as sc
-from . import tail
+from ._internal import internal_error
 from ._sums import Key, SummedCounter, add_all
 from .config import PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, Settings, warn
 from .timeline import STREAM_TEXT_KEY, Timeline, is_cancellation, turn_bucket
 
 log = logging.getLogger("firsttoken")
 
-_AT = itemgetter(0)
 
 _MAX_SERIES = 1024
 """Attribute sets kept for reuse; past that the cache starts over (it only saves building them)."""
@@ -139,6 +138,35 @@ class _Series:
 class Recorder:
     """Owns the tracer and the instruments; turns finished Timelines into telemetry."""
 
+    # The instruments, one per row of instruments.INSTRUMENTS (made in __init__).
+    _duration: Histogram
+    _ttfc: Histogram
+    _ttft: Histogram
+    _tpot: Histogram
+    _token_usage: Histogram
+    _chunk_gap: Histogram | None
+    _input_tokens: SummedCounter
+    _cache_read: SummedCounter
+    _cache_creation: SummedCounter
+    _output_tokens: SummedCounter
+    _reasoning_tokens: SummedCounter
+    _phase: SummedCounter
+    _connections: SummedCounter
+    _request_bytes: SummedCounter
+    _response_bytes: SummedCounter
+    _retries: SummedCounter
+    _server_time: SummedCounter
+    _server_reports: SummedCounter
+    _finish_reasons: SummedCounter
+    _sdk_clients: SummedCounter
+    _prefix_input: SummedCounter
+    _prefix_cache_read: SummedCounter
+    _conversation_input: Histogram
+    _conversation_ttft: Histogram
+    _action_duration: Histogram
+    _action_llm_busy: Histogram
+    _phase_duration: Histogram
+
     def __init__(self, tracer: Tracer, meter: Meter, settings: Settings) -> None:
         self.tracer = tracer
         self.settings = settings
@@ -147,147 +175,8 @@ class Recorder:
         self._phase_keys: dict[str, str] = {}
         self._series_cache: dict[tuple[Any, ...], _Series] = {}
         self._bound = _Bounds(settings.metric_value_limit)
-        self._duration = meter.create_histogram(
-            sc.M_OPERATION_DURATION,
-            unit=sc.UNIT_SECONDS,
-            description="GenAI operation duration: SDK call to last byte or end of stream.",
-            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-        )
-        self._ttfc = meter.create_histogram(
-            sc.M_TIME_TO_FIRST_CHUNK,
-            unit=sc.UNIT_SECONDS,
-            description="Time from the SDK call to the first streamed chunk.",
-            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-        )
-        self._ttft = meter.create_histogram(
-            sc.M_TIME_TO_FIRST_TOKEN,
-            unit=sc.UNIT_SECONDS,
-            description="Time from the SDK call to the first streamed chunk carrying generated output.",
-            explicit_bucket_boundaries_advisory=sc.TTFT_BUCKETS,
-        )
-        self._tpot = meter.create_histogram(
-            sc.M_TIME_PER_OUTPUT_TOKEN,
-            unit=sc.UNIT_SECONDS,
-            description="Decode time per output token after the first.",
-            explicit_bucket_boundaries_advisory=sc.TPOT_BUCKETS,
-        )
-        self._token_usage = meter.create_histogram(
-            sc.M_TOKEN_USAGE,
-            unit=sc.UNIT_TOKENS,
-            description="Input and output tokens per call.",
-            explicit_bucket_boundaries_advisory=sc.TOKEN_BUCKETS,
-        )
-        self._chunk_gap = (
-            meter.create_histogram(
-                sc.M_TIME_PER_OUTPUT_CHUNK,
-                unit=sc.UNIT_SECONDS,
-                description="Time between consecutive streamed chunks (opt-in).",
-                explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-            )
-            if settings.chunk_metrics
-            else None
-        )
-        self._input_tokens = SummedCounter(
-            meter, sc.M_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens, cached ones included."
-        )
-        self._cache_read = SummedCounter(
-            meter, sc.M_CACHE_READ_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens read from cache."
-        )
-        self._cache_creation = SummedCounter(
-            meter,
-            sc.M_CACHE_CREATION_INPUT_TOKENS,
-            unit=sc.UNIT_TOKENS,
-            description="Input tokens written to the provider's prompt cache.",
-        )
-        self._output_tokens = SummedCounter(
-            meter, sc.M_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Output tokens, reasoning included."
-        )
-        self._reasoning_tokens = SummedCounter(
-            meter, sc.M_REASONING_OUTPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Reasoning output tokens."
-        )
-        # Where the time went, summed: means and shares need no buckets, and a call's own phases are
-        # attributes of its span (its waterfall too when it is in the tail).
-        self._phase = SummedCounter(
-            meter,
-            sc.M_PHASE_TIME,
-            unit=sc.UNIT_SECONDS,
-            description="Seconds spent in each phase of the calls (dns, tcp_connect, server_wait, decode, ...).",
-        )
-        self._connections = SummedCounter(
-            meter, sc.M_CONNECTIONS, unit="{connection}", description="Requests by connection outcome: new or reused."
-        )
-        self._request_bytes = SummedCounter(
-            meter,
-            sc.M_REQUEST_BYTES,
-            unit="By",
-            description="Request body bytes as sent (after any compression the client applied).",
-        )
-        self._response_bytes = SummedCounter(
-            meter, sc.M_RESPONSE_BYTES, unit="By", description="Response body bytes as received (before decompression)."
-        )
-        self._retries = SummedCounter(
-            meter, sc.M_RETRIES, unit="{retry}", description="Requests the SDK sent again (rate limits, errors)."
-        )
-        self._server_time = SummedCounter(
-            meter,
-            sc.M_SERVER_TIMING_TIME,
-            unit=sc.UNIT_SECONDS,
-            description="Provider-reported server seconds by phase (queue, prompt, completion, processing).",
-        )
-        self._server_reports = SummedCounter(
-            meter,
-            sc.M_SERVER_TIMING_REPORTS,
-            unit="{report}",
-            description="Calls whose provider reported server time, by phase.",
-        )
-        self._finish_reasons = SummedCounter(
-            meter,
-            sc.M_FINISH_REASONS,
-            unit="{call}",
-            description="Calls by finish reason (length: stopped by max_tokens).",
-        )
-        self._sdk_clients = SummedCounter(
-            meter, sc.M_SDK_CLIENTS, unit="{client}", description="SDK client instances seen making their first call."
-        )
-        self._prefix_input = SummedCounter(
-            meter, sc.M_PREFIX_INPUT_TOKENS, unit=sc.UNIT_TOKENS, description="Input tokens by prompt-prefix hash."
-        )
-        self._prefix_cache_read = SummedCounter(
-            meter,
-            sc.M_PREFIX_CACHE_READ_INPUT_TOKENS,
-            unit=sc.UNIT_TOKENS,
-            description="Cached input tokens by prompt-prefix hash.",
-        )
-        self._conversation_input = meter.create_histogram(
-            sc.M_CONVERSATION_INPUT_TOKENS,
-            unit=sc.UNIT_TOKENS,
-            description="Input tokens per call by conversation turn: context growth.",
-            explicit_bucket_boundaries_advisory=sc.TOKEN_BUCKETS,
-        )
-        self._conversation_ttft = meter.create_histogram(
-            sc.M_CONVERSATION_TTFT,
-            unit=sc.UNIT_SECONDS,
-            description="Time to first token by conversation turn: what context growth costs.",
-            explicit_bucket_boundaries_advisory=sc.TTFT_BUCKETS,
-        )
-        self._action_duration = meter.create_histogram(
-            sc.M_ACTION_DURATION,
-            unit=sc.UNIT_SECONDS,
-            description="Application end-to-end: user action to result rendered.",
-            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-        )
-        self._action_llm_busy = meter.create_histogram(
-            sc.M_ACTION_LLM_BUSY_TIME,
-            unit=sc.UNIT_SECONDS,
-            description="Per action, the time at least one LLM call was in flight.",
-            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-        )
-        self._phase_duration = meter.create_histogram(
-            sc.M_APP_PHASE_DURATION,
-            unit=sc.UNIT_SECONDS,
-            description="Duration of an application-side phase of an action.",
-            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
-        )
+        for attr, instrument in instruments.make_all(meter, settings).items():
+            setattr(self, "_" + attr, instrument)
 
     # -- start -----------------------------------------------------------------------------
 
@@ -316,7 +205,7 @@ class Recorder:
         if span is None:
             return
         try:
-            phases = self.phases(tl)
+            phases = tl.phases()
             totals: dict[str, int] = {}
             for start, end, name in phases:
                 totals[name] = totals.get(name, 0) + end - start
@@ -326,7 +215,7 @@ class Recorder:
                 if mode == PHASE_SPANS_TAIL:
                     budget = self._budget
                     budget.credit()
-                    if self.in_tail(tl, totals):
+                    if tail.in_tail(tl, totals, self._slow):
                         if budget.take():
                             self._phase_spans(span, tl, phases)
                         else:
@@ -340,42 +229,12 @@ class Recorder:
             self._wire_metrics(tl, series, totals, sums)
             add_all(sums)
         except Exception:  # never let telemetry break the app
-            log.debug("firsttoken: recording a call failed", exc_info=True)
+            internal_error("recording a call failed")
         finally:
             end_ns = tl.end_ns if tl.end_ns is not None else tl.last_observed_ns()
             span.end(end_time=tl.wall_ns(end_ns))
             if tl.action is not None:
                 tl.action.add_call(tl.start_ns, end_ns)
-
-    def in_tail(self, tl: Timeline, totals: dict[str, int]) -> bool:
-        """Whether a call is one someone will drill into: failed, retried, slow to connect, over the
-        targets the Collector keeps traces for, or, outside a traffic class with targets, slow for
-        its kind (above the running p90)."""
-        if tl.error_type or tl.attempts > 1:
-            return True
-        setup = 0
-        for name, ns in totals.items():
-            if name in sc.CONNECTION_SETUP_PHASES:
-                setup += ns
-        if setup > tail.SLOW_CONNECT_S * 1e9:
-            return True
-        duration = tl.duration_s
-        if duration is None:
-            return False
-        ttft = tl.time_to_first_token_s if tl.stream else None
-        if tl.stream:
-            tpot = tl.time_per_output_token_s
-            if tpot is not None and tpot > tail.SLOW_TPOT_S:
-                return True
-        traffic_class = tl.traffic_class or ""
-        if duration > tail.E2E_TARGETS.get(traffic_class, tail.E2E_TARGETS[""]):
-            return True
-        if ttft is not None and ttft > tail.TTFT_TARGETS.get(traffic_class, tail.TTFT_TARGETS[""]):
-            return True
-        if traffic_class in tail.TTFT_TARGETS and traffic_class:
-            return False  # a class with targets: slow means over them
-        kind = (tl.provider, tl.operation, tl.request_model, tl.stream, traffic_class)
-        return self._slow.is_slow(kind, duration if ttft is None else ttft)
 
     def _annotate(self, span: Span, tl: Timeline, totals: dict[str, int]) -> None:
         attrs: dict[str, AttributeValue] = dict(tl.request)
@@ -476,7 +335,7 @@ class Recorder:
             if redact is not None:
                 try:
                     value = redact(key, text)
-                except Exception:
+                except Exception:  # the app's redact hook: its error, dropped with the value
                     log.debug("firsttoken: the redact hook raised; dropping %s", key, exc_info=True)
                     value = None
             if value is None:
@@ -484,32 +343,6 @@ class Recorder:
             if len(value) > limit:
                 value = value[: limit - 14] + "...[truncated]"
             out[key] = value
-        return out
-
-    @staticmethod
-    def phases(tl: Timeline) -> list[tuple[int, int, str]]:
-        """The call cut into leaf phases (start, end, name) that tile it: no gap, no overlap."""
-        end_ns = tl.end_ns if tl.end_ns is not None else tl.last_observed_ns()
-        cuts = list(tl.cuts)
-        if tl.first_token_ns is not None:
-            cuts.append((tl.first_token_ns, sc.PHASE_WAIT_FIRST_TOKEN))
-        if tl.last_token_ns is not None and tl.last_token_ns != tl.first_token_ns:
-            cuts.append((tl.last_token_ns, sc.PHASE_DECODE))
-        elif tl.first_token_ns is None and tl.stream and tl.last_chunk_ns is not None:
-            cuts.append((tl.last_chunk_ns, sc.PHASE_WAIT_NO_OUTPUT))  # not "finish": hidden reasoning, say
-        cuts.sort(key=_AT)  # by time only: cuts at the same moment keep the order they were made in
-        cuts.append((end_ns, sc.PHASE_FINISH))
-        out: list[tuple[int, int, str]] = []
-        at = tl.start_ns
-        for cut, name in cuts:
-            cut = min(max(cut, at), end_ns)
-            if cut == at:
-                continue
-            if out and out[-1][2] == name:
-                out[-1] = (out[-1][0], cut, name)
-            else:
-                out.append((at, cut, name))
-            at = cut
         return out
 
     def _phase_spans(self, span: Span, tl: Timeline, phases: list[tuple[int, int, str]]) -> None:

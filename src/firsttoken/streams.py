@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 from . import semconv as sc
+from ._internal import internal_error
 from .timeline import Timeline, is_cancellation
 
 log = logging.getLogger("firsttoken")
@@ -44,6 +45,30 @@ Observer = Callable[[Timeline, Any, int], None]
 def error_type_of(exc: BaseException) -> str:
     """A low-cardinality ``error.type``: the exception's class name."""
     return type(exc).__qualname__
+
+
+# One ``error.type`` vocabulary on every path (docs/semantics.md): the class name of the exception the
+# official SDKs raise for the failure, whether or not an SDK carried the call. A call read on the wire
+# gets the name the openai SDK (whose classes anthropic's mirror) would have raised for its status.
+_STATUS_ERRORS = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    409: "ConflictError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+}
+ERROR_EVENT = "APIError"
+"""``error.type`` of an error event inside a stream whose status said success (the SDKs raise APIError)."""
+
+
+def error_type_for_status(status: int) -> str:
+    """``error.type`` of an HTTP error status, as the SDKs name the exception they raise for it."""
+    known = _STATUS_ERRORS.get(status)
+    if known is not None:
+        return known
+    return "InternalServerError" if status >= 500 else "APIStatusError"
 
 
 def end_on_exception(tl: Timeline, exc: BaseException, end_ns: int | None = None) -> None:
@@ -70,7 +95,7 @@ def observe_sync(items: Iterator[T], tl: Timeline, observe: Observer) -> Iterato
             try:
                 observe(tl, item, now)
             except Exception:  # a surprise in an item must not reach the app
-                log.debug("firsttoken: reading a streamed item failed", exc_info=True)
+                internal_error("reading a streamed item failed")
             yield item
     except GeneratorExit:
         # Only the garbage collector (or a close of this private generator) gets here. Closing the
@@ -103,7 +128,7 @@ async def observe_async(items: AsyncIterator[T], tl: Timeline, observe: Observer
             try:
                 observe(tl, item, now)
             except Exception:  # a surprise in an item must not reach the app
-                log.debug("firsttoken: reading a streamed item failed", exc_info=True)
+                internal_error("reading a streamed item failed")
             yield item
     except GeneratorExit:
         tl.on_close = None
@@ -185,7 +210,7 @@ def _finish_abandoned(item: Timeline | threading.Event) -> None:
     try:
         item.finish(sc.END_ABANDONED, item.last_observed_ns())
     except Exception:
-        log.debug("firsttoken: ending an abandoned call failed", exc_info=True)
+        internal_error("ending an abandoned call failed")
 
 
 def _work() -> None:

@@ -20,6 +20,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Hashable
 
+from . import semconv as sc
+from .timeline import Timeline
+
 QUANTILE = 0.9
 """Calls above this quantile of their kind's recent calls are slow."""
 WINDOW = 128
@@ -132,3 +135,34 @@ class Budget:
             self.tokens -= 1.0
             return True
         return False
+
+
+def in_tail(tl: Timeline, totals: dict[str, int], slow: SlowTail) -> bool:
+    """Whether a call is one someone will drill into: failed, retried, slow to connect, over the
+    targets the Collector keeps traces for, or, outside a traffic class with targets, slow for
+    its kind (above the running p90)."""
+    if tl.error_type or tl.attempts > 1:
+        return True
+    setup = 0
+    for name, ns in totals.items():
+        if name in sc.CONNECTION_SETUP_PHASES:
+            setup += ns
+    if setup > SLOW_CONNECT_S * 1e9:
+        return True
+    duration = tl.duration_s
+    if duration is None:
+        return False
+    ttft = tl.time_to_first_token_s if tl.stream else None
+    if tl.stream:
+        tpot = tl.time_per_output_token_s
+        if tpot is not None and tpot > SLOW_TPOT_S:
+            return True
+    traffic_class = tl.traffic_class or ""
+    if duration > E2E_TARGETS.get(traffic_class, E2E_TARGETS[""]):
+        return True
+    if ttft is not None and ttft > TTFT_TARGETS.get(traffic_class, TTFT_TARGETS[""]):
+        return True
+    if traffic_class in TTFT_TARGETS and traffic_class:
+        return False  # a class with targets: slow means over them
+    kind = (tl.provider, tl.operation, tl.request_model, tl.stream, traffic_class)
+    return slow.is_slow(kind, duration if ttft is None else ttft)

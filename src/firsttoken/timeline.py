@@ -11,9 +11,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 from . import semconv as sc
+
+_AT = itemgetter(0)
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -256,6 +259,31 @@ class Timeline:
             self.error_type = error_type
         self.on_finish(self)
         return True
+
+    def phases(self) -> list[tuple[int, int, str]]:
+        """The call cut into leaf phases (start, end, name) that tile it: no gap, no overlap."""
+        end_ns = self.end_ns if self.end_ns is not None else self.last_observed_ns()
+        cuts = list(self.cuts)
+        if self.first_token_ns is not None:
+            cuts.append((self.first_token_ns, sc.PHASE_WAIT_FIRST_TOKEN))
+        if self.last_token_ns is not None and self.last_token_ns != self.first_token_ns:
+            cuts.append((self.last_token_ns, sc.PHASE_DECODE))
+        elif self.first_token_ns is None and self.stream and self.last_chunk_ns is not None:
+            cuts.append((self.last_chunk_ns, sc.PHASE_WAIT_NO_OUTPUT))  # not "finish": hidden reasoning, say
+        cuts.sort(key=_AT)  # by time only: cuts at the same moment keep the order they were made in
+        cuts.append((end_ns, sc.PHASE_FINISH))
+        out: list[tuple[int, int, str]] = []
+        at = self.start_ns
+        for cut, name in cuts:
+            cut = min(max(cut, at), end_ns)
+            if cut == at:
+                continue
+            if out and out[-1][2] == name:
+                out[-1] = (out[-1][0], cut, name)
+            else:
+                out.append((at, cut, name))
+            at = cut
+        return out
 
     def __repr__(self) -> str:
         return (

@@ -7,7 +7,6 @@ every other request in the process passes straight through. The SDKs of today se
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import weakref
@@ -20,9 +19,11 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from . import semconv as sc
+from ._internal import internal_error
 from ._patch import Patches
 from .context import CURRENT_CALL
-from .streams import end_on_exception, watch
+from .headers import read_headers
+from .streams import end_on_exception, error_type_for_status, watch
 from .timeline import Timeline
 
 log = logging.getLogger("firsttoken")
@@ -45,115 +46,13 @@ def register_response(response: Any, tl: Timeline) -> None:
         log.debug("firsttoken: cannot track response %r", type(response))
 
 
-# -- response headers ------------------------------------------------------------------------
-
-
-HINT = "hint"
-"""Marks a header kept as is in ``Timeline.hints`` (name -> value)."""
-MAX_HEADER_VALUE = 256
-"""Characters kept of a server-chosen header value (a request id, a reset time, a hint); the rest is cut."""
-MAX_SECONDS = 86_400.0
-"""A server-reported duration above a day is not believed (the header is skipped)."""
-MAX_COUNT = 2**53
-"""A remaining-quota count above this is not believed (the header is skipped)."""
-
-
-def _text(value: str) -> str:
-    return value[:MAX_HEADER_VALUE]
-
-
-def _duration(seconds: float) -> float:
-    """Refuses inf, nan, negative and more than a day (``ValueError``)."""
-    if not 0.0 <= seconds <= MAX_SECONDS:  # also False for nan
-        raise ValueError(seconds)
-    return seconds
-
-
-def _seconds(value: str) -> float:
-    return _duration(float(value))
-
-
-def _millis(value: str) -> float:
-    return _duration(float(value) / 1000.0)
-
-
-def _count(value: str) -> int:
-    number = float(value)
-    if not 0.0 <= number <= MAX_COUNT:
-        raise ValueError(value)
-    return int(number)
-
-
-# Response headers worth keeping: name -> (attribute, parser). One pass over the raw headers, since
-# every lookup in an httpx Headers object scans them all. A value a parser refuses is skipped alone.
-_HEADERS: dict[bytes, tuple[str, Callable[[str], Any]]] = {
-    b"x-request-id": ("request_id", _text),
-    b"request-id": ("request_id", _text),
-    b"openai-processing-ms": (sc.FT_SERVER_PROCESSING_TIME, _millis),
-    b"x-ratelimit-remaining-requests": (sc.FT_RATELIMIT_REMAINING_REQUESTS, _count),
-    b"anthropic-ratelimit-requests-remaining": (sc.FT_RATELIMIT_REMAINING_REQUESTS, _count),
-    b"x-ratelimit-remaining-tokens": (sc.FT_RATELIMIT_REMAINING_TOKENS, _count),
-    b"anthropic-ratelimit-tokens-remaining": (sc.FT_RATELIMIT_REMAINING_TOKENS, _count),
-    b"x-ratelimit-reset-requests": (sc.FT_RATELIMIT_RESET_REQUESTS, _text),
-    b"anthropic-ratelimit-requests-reset": (sc.FT_RATELIMIT_RESET_REQUESTS, _text),
-    b"x-ratelimit-reset-tokens": (sc.FT_RATELIMIT_RESET_TOKENS, _text),
-    b"anthropic-ratelimit-tokens-reset": (sc.FT_RATELIMIT_RESET_TOKENS, _text),
-    b"retry-after": (sc.FT_RETRY_AFTER, _seconds),
-    # TGI (text-generation-inference), on whole responses: milliseconds.
-    b"x-queue-time": (sc.FT_SERVER_QUEUE_TIME, _millis),
-    b"x-inference-time": (sc.FT_SERVER_INFERENCE_TIME, _millis),
-    b"x-time-per-token": (sc.FT_SERVER_TIME_PER_OUTPUT_TOKEN, _millis),
-    b"x-total-time": (sc.FT_SERVER_TOTAL_TIME, _millis),
-    # Headers that name the server software or a gateway's upstream: kept raw, for providers.endpoints.
-    b"server": (HINT, _text),
-    b"x-compute-type": (HINT, _text),
-    b"x-litellm-model-api-base": (HINT, _text),
-    b"x-litellm-model-id": (HINT, _text),
-    b"x-portkey-provider": (HINT, _text),
-}
-# Server-reported phases among those headers: attribute -> (phase of the server-timing metric, source).
-_PHASES: dict[str, tuple[str, str | None]] = {
-    sc.FT_SERVER_PROCESSING_TIME: ("processing", None),
-    sc.FT_SERVER_QUEUE_TIME: ("queue", "tgi"),
-    sc.FT_SERVER_INFERENCE_TIME: ("inference", "tgi"),
-}
-
-
-def read_headers(tl: Timeline, headers: Any) -> None:
-    """Facts that OpenAI- and Anthropic-style servers put in response headers."""
-    raw = getattr(headers, "raw", None)
-    pairs = raw if raw is not None else [(k.encode(), v.encode()) for k, v in headers.items()]
-    for name, value in pairs:
-        known = _HEADERS.get(name.lower())
-        if known is None:
-            continue
-        key, parse = known
-        try:
-            parsed = parse(value.decode("latin-1"))
-        except (ValueError, OverflowError):
-            continue
-        if key == "request_id":
-            tl.request_id = parsed
-        elif key is HINT:
-            if tl.hints is None:
-                tl.hints = {}
-            tl.hints[name.lower().decode("latin-1")] = parsed
-        else:
-            tl.extra[key] = parsed
-            phase = _PHASES.get(key)
-            if phase is not None:
-                tl.server_timing[phase[0]] = parsed
-                if phase[1] is not None:
-                    tl.extra[sc.FT_SERVER_TIMING_SOURCE] = phase[1]
-
-
 # -- the httpcore trace extension: wire phases ------------------------------------------------
 
 # While a connection is being opened for a call, the DNS hooks know which call it is.
 CONNECTING: ContextVar[Timeline | None] = ContextVar("firsttoken_connecting", default=None)
 
 
-def _tls_facts(tl: Timeline, stream: Any) -> None:
+def tls_facts(tl: Timeline, stream: Any) -> None:
     ssl_object = stream.get_extra_info("ssl_object")
     if ssl_object is None:
         return
@@ -228,7 +127,7 @@ def on_step(tl: Timeline, meaning: tuple[str, str], info: dict[str, Any]) -> Non
             tl.cut(now, sc.PHASE_TLS_HANDSHAKE)
             stream = info.get("return_value")
             if stream is not None:
-                _tls_facts(tl, stream)
+                tls_facts(tl, stream)
     elif kind == "send_connection_init" and step == "complete":
         tl.cut(now, sc.PHASE_CONNECT)
     elif kind == "send_request_headers" and step == "started":
@@ -249,7 +148,7 @@ def _observe(tl: Timeline, event: str, meaning: tuple[str, str], info: dict[str,
         else:
             on_step(tl, meaning, info)
     except Exception:
-        log.debug("firsttoken: trace event %s failed", event, exc_info=True)
+        internal_error("trace event %s failed", event)
 
 
 class _SyncTrace:
@@ -326,11 +225,11 @@ def _before_send(tl: Timeline, request: Any, is_async: bool) -> None:
     tl.attempts += 1
     tl.cut(now, sc.PHASE_PREPARE if tl.attempts == 1 else sc.PHASE_RETRY_WAIT)
     tl.connect_ns = None
-    # A streaming body has no length up front. (No contextlib.suppress: it costs a context manager
-    # on every request.)
+    # A streaming body has no length up front: httpx raises RequestNotRead, a RuntimeError. (No
+    # contextlib.suppress: it costs a context manager on every request.)
     try:  # noqa: SIM105
         tl.request_bytes = (tl.request_bytes or 0) + len(request.content)
-    except Exception:
+    except RuntimeError:
         pass
     extensions = getattr(request, "extensions", None)
     if not _wire or not isinstance(extensions, dict):
@@ -363,28 +262,79 @@ def _request_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 # -- LLM calls made with plain httpx (no SDK) ---------------------------------------------------
 
 
+class WireRequest:
+    """What the provider layer reads of a request, whichever HTTP client sends it (the client seam)."""
+
+    __slots__ = ("client", "content", "headers", "host", "json", "method", "path", "port", "scheme")
+
+    def __init__(
+        self,
+        method: str,
+        scheme: str,
+        host: str | None,
+        port: int | None,
+        path: str,
+        headers: Any,
+        content: bytes | None,
+        json: Any = None,
+        client: Any = None,
+    ) -> None:
+        self.method = method
+        self.scheme = scheme
+        self.host = host
+        self.port = port or (443 if scheme == "https" else 80)
+        self.path = path
+        self.headers = headers
+        """Has ``get(lower-case name, default)``, case-insensitive."""
+        self.content = content
+        """The body's bytes; None when the client streams it (nothing to read up front)."""
+        self.json = json
+        """The body as the app handed it to the client already parsed (aiohttp's ``json=``), else None."""
+        self.client = client
+        """The client object whose connection pool sends it (for client reuse), if known."""
+
+
+def httpx_request(request: Any, client: Any = None) -> WireRequest:
+    """An httpx / httpx2 ``Request`` (sent by ``client``) as the provider layer reads it."""
+    url = request.url
+    try:
+        content = request.content
+    except RuntimeError:  # httpx's RequestNotRead: a streaming request body
+        content = None
+    headers = request.headers
+    return WireRequest(request.method, url.scheme, url.host or None, url.port, url.path, headers, content, None, client)
+
+
 class SseFeed(Protocol):
     """Reads a streamed body's SSE events from the raw bytes passing through the transport."""
 
     done: bool
-    """Whether the stream's terminal event has been seen."""
+    """Whether the stream's terminal event has been seen (or it failed)."""
 
     def feed(self, chunk: bytes) -> None: ...
 
+    def fail(self, exc: BaseException) -> None:
+        """Reading the body raised ``exc``: the call ends with it, at this moment."""
+        ...
+
 
 class DirectCalls(Protocol):
-    """How the provider layer recognises and reads LLM calls sent with plain httpx.
+    """How the provider layer recognises and reads LLM calls sent without an SDK firsttoken patches.
 
-    Handed to :func:`patch` by the instrumentor rather than imported here: the providers sit above
-    the transport (``firsttoken.providers.direct.DirectCalls`` is the implementation).
+    The seam between the HTTP clients (httpx and httpx2 here, aiohttp in :mod:`firsttoken.transport_aiohttp`) and
+    the wire formats: a client adapter hands over a :class:`WireRequest`, a status and body bytes;
+    it never reads a wire format itself. Handed down by the instrumentor rather than imported here:
+    the providers sit above the transport (``firsttoken.providers.direct.DirectCalls``).
     """
 
-    def start(self, request: Any) -> tuple[Timeline, str] | None:
+    def start(self, request: WireRequest) -> tuple[Timeline, str] | None:
         """The call's timeline and API family when ``request`` is an LLM API call, else None."""
         ...
 
-    def finish_whole(self, tl: Timeline, response: Any, family: str, end_ns: int | None = None) -> None:
-        """Read a whole (not streamed) body that has arrived, then end the call."""
+    def finish_whole(
+        self, tl: Timeline, family: str, status: int, content: bytes | None, end_ns: int | None = None
+    ) -> None:
+        """Read a whole (not streamed) body that has arrived (``content``), then end the call."""
         ...
 
     def sse_reader(self, tl: Timeline, family: str) -> SseFeed: ...
@@ -403,9 +353,15 @@ def _observing_classes(module: Any) -> tuple[type, type]:
             self._inner, self._reader = inner, reader
 
         def __iter__(self) -> Any:
-            for chunk in self._inner:
-                self._reader.feed(chunk)
-                yield chunk
+            try:
+                for chunk in self._inner:
+                    self._reader.feed(chunk)
+                    yield chunk
+            except GeneratorExit:
+                raise
+            except BaseException as exc:  # dropped, timed out, interrupted: the call ends with it
+                self._reader.fail(exc)
+                raise
 
         def close(self) -> None:
             self._inner.close()
@@ -415,9 +371,15 @@ def _observing_classes(module: Any) -> tuple[type, type]:
             self._inner, self._reader = inner, reader
 
         async def __aiter__(self) -> Any:
-            async for chunk in self._inner:
-                self._reader.feed(chunk)
-                yield chunk
+            try:
+                async for chunk in self._inner:
+                    self._reader.feed(chunk)
+                    yield chunk
+            except GeneratorExit:
+                raise
+            except BaseException as exc:  # dropped, timed out, cancelled: the call ends with it
+                self._reader.fail(exc)
+                raise
 
         async def aclose(self) -> None:
             await self._inner.aclose()
@@ -425,20 +387,24 @@ def _observing_classes(module: Any) -> tuple[type, type]:
     return ObservedSync, ObservedAsync
 
 
-def _start_direct(calls: DirectCalls | None, request: Any) -> tuple[Timeline, str] | None:
+def _start_direct(calls: DirectCalls | None, client: Any, request: Any) -> tuple[Timeline, str] | None:
     if calls is None or request is None:
         return None
     try:
-        return calls.start(request)
+        return calls.start(httpx_request(request, client))
     except Exception:
-        log.debug("firsttoken: could not start a direct httpx call", exc_info=True)
+        internal_error("could not start a direct httpx call")
         return None
 
 
 def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: Any) -> None:
     """After a plain-httpx LLM request was sent: end it now, or when its body has been read."""
+    status = response.status_code
+    if status >= 400 and not response.is_closed:  # an error status ends the call now, streamed or not
+        tl.finish(sc.END_ERROR, time.perf_counter_ns(), error_type_for_status(status))
+        return
     if response.is_closed:
-        calls.finish_whole(tl, response, family)
+        calls.finish_whole(tl, family, status, getattr(response, "_content", None))
         return
     if "text/event-stream" in response.headers.get("content-type", "") and not response.headers.get("content-encoding"):
         reader = calls.sse_reader(tl, family)
@@ -454,17 +420,18 @@ def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: An
     else:
 
         def on_close_whole(tl: Timeline, response: Any, now: int) -> None:
-            if getattr(response, "_content", None) is None and response.is_stream_consumed:
+            content = getattr(response, "_content", None)
+            if content is None and response.is_stream_consumed:
                 return  # closed inside read(), before the content was kept: the read hook calls again
-            calls.finish_whole(tl, response, family, now)
+            calls.finish_whole(tl, family, response.status_code, content, now)
 
         tl.on_close = on_close_whole
     watch(response, tl)
 
 
-def _send_direct(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _send_direct(wrapped: Any, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     calls = _direct
-    started = _start_direct(calls, _request_of(args, kwargs))
+    started = _start_direct(calls, client, _request_of(args, kwargs))
     if calls is None or started is None:
         return wrapped(*args, **kwargs)
     tl, family = started
@@ -483,13 +450,13 @@ def _send_direct(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         _after_send(tl, response)
         _direct_response(calls, tl, family, response)
     except Exception:
-        log.debug("firsttoken: after-send hook failed", exc_info=True)
+        internal_error("after-send hook failed")
     return response
 
 
-async def _send_direct_async(wrapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def _send_direct_async(wrapped: Any, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     calls = _direct
-    started = _start_direct(calls, _request_of(args, kwargs))
+    started = _start_direct(calls, client, _request_of(args, kwargs))
     if calls is None or started is None:
         return await wrapped(*args, **kwargs)
     tl, family = started
@@ -508,43 +475,43 @@ async def _send_direct_async(wrapped: Any, args: tuple[Any, ...], kwargs: dict[s
         _after_send(tl, response)
         _direct_response(calls, tl, family, response)
     except Exception:
-        log.debug("firsttoken: after-send hook failed", exc_info=True)
+        internal_error("after-send hook failed")
     return response
 
 
 def _send(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     tl = CURRENT_CALL.get()
     if tl is None:
-        return _send_direct(wrapped, args, kwargs)
+        return _send_direct(wrapped, instance, args, kwargs)
     if tl.ended:
         return wrapped(*args, **kwargs)
     try:
         _before_send(tl, _request_of(args, kwargs), False)
     except Exception:
-        log.debug("firsttoken: before-send hook failed", exc_info=True)
+        internal_error("before-send hook failed")
     response = wrapped(*args, **kwargs)
     try:
         _after_send(tl, response)
     except Exception:
-        log.debug("firsttoken: after-send hook failed", exc_info=True)
+        internal_error("after-send hook failed")
     return response
 
 
 async def _send_async(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     tl = CURRENT_CALL.get()
     if tl is None:
-        return await _send_direct_async(wrapped, args, kwargs)
+        return await _send_direct_async(wrapped, instance, args, kwargs)
     if tl.ended:
         return await wrapped(*args, **kwargs)
     try:
         _before_send(tl, _request_of(args, kwargs), True)
     except Exception:
-        log.debug("firsttoken: before-send hook failed", exc_info=True)
+        internal_error("before-send hook failed")
     response = await wrapped(*args, **kwargs)
     try:
         _after_send(tl, response)
     except Exception:
-        log.debug("firsttoken: after-send hook failed", exc_info=True)
+        internal_error("after-send hook failed")
     return response
 
 
@@ -552,17 +519,16 @@ def _closed(response: Any) -> None:
     tl = call_for_response(response)
     if tl is None or tl.ended:
         return
-    if tl.response_bytes is None or tl.on_close is not None:
-        with contextlib.suppress(Exception):
-            tl.response_bytes = response.num_bytes_downloaded
-    if tl.on_close is None:
-        return
     try:
+        if tl.response_bytes is None or tl.on_close is not None:
+            tl.response_bytes = response.num_bytes_downloaded
+        if tl.on_close is None:
+            return
         now = time.perf_counter_ns()
         tl.closed_ns = now
         tl.on_close(tl, response, now)
     except Exception:
-        log.debug("firsttoken: response-close hook failed", exc_info=True)
+        internal_error("response-close hook failed")
 
 
 def _read_done(response: Any) -> None:
@@ -573,17 +539,32 @@ def _read_done(response: Any) -> None:
     try:
         tl.on_close(tl, response, tl.closed_ns)
     except Exception:
-        log.debug("firsttoken: response-read hook failed", exc_info=True)
+        internal_error("response-read hook failed")
+
+
+def _read_failed(response: Any, exc: BaseException) -> None:
+    """Reading a whole body raised (connection dropped, timeout): the call ends with it now."""
+    tl = call_for_response(response)
+    if tl is not None and not tl.ended and tl.on_close is not None:
+        end_on_exception(tl, exc)
 
 
 def _read(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    result = wrapped(*args, **kwargs)
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as exc:  # the app's to handle, once the call has ended with it
+        _read_failed(instance, exc)
+        raise
     _read_done(instance)
     return result
 
 
 async def _aread(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    result = await wrapped(*args, **kwargs)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:  # the app's to handle, once the call has ended with it
+        _read_failed(instance, exc)
+        raise
     _read_done(instance)
     return result
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from .. import semconv as sc
+from .._internal import internal_error
 from .._patch import Patches
 from ..config import warn
 from ..context import CALL_START, CONVERSATION_ID, CURRENT_ACTION, CURRENT_CALL, TRAFFIC_CLASS
@@ -52,7 +54,102 @@ class CallDescription:
     """The stable prompt prefix (instructions, tool definitions), hashed for cache diagnostics."""
 
 
-class CallHooks:
+EVENT_MORE = 0
+"""``WireFormat.read_event``: the stream goes on."""
+EVENT_END = 1
+"""``WireFormat.read_event``: the stream's terminal event."""
+EVENT_ERROR = 2
+"""``WireFormat.read_event``: an error event inside the stream (its HTTP status said success)."""
+
+
+class WireFormat(ABC):
+    """One wire format, owned once by its provider module, read by the SDK path and the wire path.
+
+    The SDK hooks use :meth:`match` and :meth:`describe` on the request their SDK is about to send;
+    the wire path (:mod:`firsttoken.providers.direct`, for any HTTP client) uses all of it.
+    Adding a format is one module with one subclass, and one row in ``direct.FORMATS``.
+    """
+
+    family: str
+    """The API family: ``openai``, ``anthropic``, ``gemini``, ``cohere``."""
+
+    @abstractmethod
+    def match(self, path: str) -> tuple[str, str | None] | None:
+        """(operation, api type) of a POST to ``path`` (no query, no trailing slash), else None."""
+
+    @abstractmethod
+    def describe(
+        self, path: str, body: Mapping[str, Any], stream: bool, operation: str, api_type: str | None
+    ) -> CallDescription:
+        """What the request means (``stream``: what the body or the SDK says)."""
+
+    def default_provider(self, path: str) -> str:
+        """The provider when neither the host nor the client names one."""
+        return self.family
+
+    @abstractmethod
+    def read_result(self, tl: Timeline, data: Mapping[str, Any]) -> None:
+        """A whole (not streamed) JSON body of a successful response."""
+
+    @abstractmethod
+    def read_event(self, tl: Timeline, event: Mapping[str, Any], now: int, stream: StreamState) -> int:
+        """One streamed JSON event: ``EVENT_MORE``, ``EVENT_END`` or ``EVENT_ERROR``."""
+
+
+class StreamState:
+    """What a wire format keeps across one stream's events (``flags``: the format's own bits)."""
+
+    __slots__ = ("flags",)
+
+    def __init__(self) -> None:
+        self.flags = 0
+
+
+def open_call(
+    recorder: Recorder,
+    what: CallDescription,
+    server: tuple[str | None, int | None, Endpoint],
+    client: Any,
+    on_finish: Callable[[Timeline], None],
+    start: tuple[int, int] | None = None,
+) -> Timeline:
+    """The one way a call is opened, on every path: the timeline, and everything around it (endpoint,
+    traffic class, conversation and turn, action, prefix hash, client reuse, request attributes,
+    chunk gaps and content capture as the settings say), then the recorder starts its span."""
+    host, port, endpoint = server
+    tl = Timeline(
+        provider=endpoint.provider,
+        operation=what.operation,
+        request_model=what.model,
+        server_address=host,
+        server_port=port,
+        stream=what.stream,
+        on_finish=on_finish,
+        start=start,
+    )
+    tl.api_type = what.api_type
+    tl.endpoint = endpoint
+    tl.extra[sc.FT_PROVIDER_SOURCE] = endpoint.source
+    tl.traffic_class = TRAFFIC_CLASS.get()
+    tl.conversation_id = CONVERSATION_ID.get()
+    tl.action = CURRENT_ACTION.get()
+    if what.prefix:
+        tl.prefix_hash = levers.prefix_hash(what.prefix)
+    if tl.conversation_id is not None:
+        tl.conversation_turn = levers.conversation_turn(tl.conversation_id)
+    if client is not None:
+        tl.new_client = levers.client_seen(client, endpoint.provider)
+    tl.request = what.request
+    settings = recorder.settings
+    if settings.chunk_metrics and what.stream:
+        tl.chunk_gaps = []
+    if settings.capture_content and what.content is not None:
+        tl.capture = what.content()
+    recorder.start(tl)
+    return tl
+
+
+class CallHooks(ABC):
     """Starts a call at ``request``, ends it when the result, stream or response is done."""
 
     provider = "unknown"
@@ -79,23 +176,26 @@ class CallHooks:
 
     # -- what providers define ------------------------------------------------------------
 
+    @abstractmethod
     def describe(self, options: Any, body: Mapping[str, Any], stream: bool) -> CallDescription | None:
-        raise NotImplementedError
+        """What a request means, or None when it is not an LLM call."""
 
+    @abstractmethod
     def read_result(self, tl: Timeline, result: Any) -> None:
-        raise NotImplementedError
+        """A whole result (an SDK model, or a raw response's JSON)."""
 
+    @abstractmethod
     def observer(self, tl: Timeline) -> Observer:
-        raise NotImplementedError
+        """The reader of the call's streamed items."""
 
     def prepare(self, tl: Timeline, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         """The arguments to call the SDK's ``request`` with, once the call has started (the app's
         context is still current). As given, unless a provider must keep the request unchanged."""
         return args, kwargs
 
+    @abstractmethod
     def is_stream(self, result: Any) -> bool:
         """Whether a result is the SDK's SSE stream object (its items are read by ``__stream__``)."""
-        raise NotImplementedError
 
     # -- call start ------------------------------------------------------------------------
 
@@ -113,38 +213,10 @@ class CallHooks:
             what = self.describe(options, body, stream)
             if what is None:
                 return None
-            host, port, endpoint = self._server(getattr(instance, "base_url", None))
-            tl = Timeline(
-                provider=endpoint.provider,
-                operation=what.operation,
-                request_model=what.model,
-                server_address=host,
-                server_port=port,
-                stream=what.stream,
-                on_finish=self._finish,
-                start=CALL_START.get(),
-            )
-            tl.api_type = what.api_type
-            tl.endpoint = endpoint
-            tl.extra[sc.FT_PROVIDER_SOURCE] = endpoint.source
-            tl.traffic_class = TRAFFIC_CLASS.get()
-            tl.conversation_id = CONVERSATION_ID.get()
-            tl.action = CURRENT_ACTION.get()
-            if what.prefix:
-                tl.prefix_hash = levers.prefix_hash(what.prefix)
-            if tl.conversation_id is not None:
-                tl.conversation_turn = levers.conversation_turn(tl.conversation_id)
-            tl.new_client = levers.client_seen(instance, self.provider)
-            tl.request = what.request
-            settings = self.recorder.settings
-            if settings.chunk_metrics and what.stream:
-                tl.chunk_gaps = []
-            if settings.capture_content and what.content is not None:
-                tl.capture = what.content()
-            self.recorder.start(tl)
-            return tl
+            server = self._server(getattr(instance, "base_url", None))
+            return open_call(self.recorder, what, server, instance, self._finish, CALL_START.get())
         except Exception:
-            log.debug("firsttoken: could not start a %s call", self.provider, exc_info=True)
+            internal_error("could not start a %s call", self.provider)
             return None
 
     # -- call end --------------------------------------------------------------------------
@@ -170,7 +242,7 @@ class CallHooks:
             else:
                 self.read_result(tl, result)
         except Exception:
-            log.debug("firsttoken: reading a %s result failed", self.provider, exc_info=True)
+            internal_error("reading a %s result failed", self.provider)
         tl.finish(sc.END_COMPLETED)
 
     def _raw_closed(self, tl: Timeline, response: Any, now: int) -> None:
@@ -249,7 +321,7 @@ class CallHooks:
             common.own_stream(tl, instance, observed)
             return observed
         except Exception:
-            log.debug("firsttoken: could not observe a %s stream", self.provider, exc_info=True)
+            internal_error("could not observe a %s stream", self.provider)
             return items
 
     def stream(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -76,7 +76,7 @@ def prefix_hash(parts: tuple[Any, ...]) -> str:
     if again:
         try:
             snapshot = copy.deepcopy(parts)
-        except Exception:
+        except Exception:  # the app's own objects that cannot be copied: not kept, still labelled
             return label
         with _lock:
             _recent = [(snapshot, label), *_recent[: RECENT_PREFIXES - 1]]

@@ -42,13 +42,14 @@ from opentelemetry import propagate, trace
 
 from .. import _otlp
 from .. import semconv as sc
+from .._internal import internal_error
 from .._patch import Patches
 from ..recorder import Recorder
 from ..streams import Observer
 from ..timeline import Timeline
 from . import _common as common
 from . import endpoints
-from ._hooks import CallDescription, CallHooks
+from ._hooks import EVENT_END, EVENT_ERROR, EVENT_MORE, CallDescription, CallHooks, StreamState, WireFormat
 
 log = logging.getLogger("firsttoken")
 
@@ -64,11 +65,16 @@ g = common.get
 def _classify(options: Any) -> str | None:
     if str(getattr(options, "method", "")).lower() != "post":
         return None
-    path = str(getattr(options, "url", "")).split("?", 1)[0].rstrip("/")
+    found = match(str(getattr(options, "url", "")).split("?", 1)[0].rstrip("/"))
+    return None if found is None else found[0]
+
+
+def match(path: str) -> tuple[str, str | None] | None:
+    """(operation, None) of a POST to ``path``, else None."""
     if path.endswith("/v1/messages"):
-        return sc.OP_CHAT
+        return sc.OP_CHAT, None
     if path.endswith("/v1/messages/count_tokens"):
-        return OP_COUNT_TOKENS
+        return OP_COUNT_TOKENS, None
     return None
 
 
@@ -168,6 +174,68 @@ def observe_event(tl: Timeline, event: Any, now: int) -> None:
         read_usage(tl, event.usage)
 
 
+def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
+    """One streamed JSON event (the wire path): as :func:`observe_event` reads the SDK's."""
+    kind = event.get("type")
+    if kind == "content_block_delta":
+        delta = event.get("delta") or {}
+        kind = delta.get("type")
+        if kind in _CONTENT_DELTAS:
+            tl.output_token(now)
+            if tl.capture is not None and kind == "text_delta":
+                common.append_output(tl, str(delta.get("text") or ""))
+    elif kind == "message_start":
+        read_message(tl, event.get("message") or {})
+        endpoints.refine(tl)
+    elif kind == "message_delta":
+        reason = (event.get("delta") or {}).get("stop_reason")
+        if reason:
+            tl.finish_reasons[0] = reason
+        read_usage(tl, event.get("usage"))
+    elif kind == "message_stop":
+        return EVENT_END
+    elif kind == "error":
+        return EVENT_ERROR
+    return EVENT_MORE
+
+
+def _describe(body: Mapping[str, Any], stream: bool, operation: str) -> CallDescription:
+    model = body.get("model")
+    return CallDescription(
+        operation=operation,
+        model=model if isinstance(model, str) else None,
+        stream=stream and operation == sc.OP_CHAT,
+        request=_request_attributes(body) if operation == sc.OP_CHAT else {},
+        content=lambda: _input_content(body),
+        prefix=()
+        if body.get("system") is None and body.get("tools") is None
+        else (body.get("system"), body.get("tools")),
+    )
+
+
+class AnthropicFormat(WireFormat):
+    """Anthropic's Messages API (``/v1/messages``, and its ``count_tokens``), whoever serves it."""
+
+    family = "anthropic"
+
+    def match(self, path: str) -> tuple[str, str | None] | None:
+        return match(path)
+
+    def describe(
+        self, path: str, body: Mapping[str, Any], stream: bool, operation: str, api_type: str | None
+    ) -> CallDescription:
+        return _describe(body, stream, operation)
+
+    def read_result(self, tl: Timeline, data: Mapping[str, Any]) -> None:
+        read_result(tl, data)
+
+    def read_event(self, tl: Timeline, event: Mapping[str, Any], now: int, stream: StreamState) -> int:
+        return read_event(tl, event, now)
+
+
+FORMAT = AnthropicFormat()
+
+
 # -- the SDK's own tracing ------------------------------------------------------------------------
 
 ENV_SDK_TRACING = "ANTHROPIC_OPEN_TELEMETRY"
@@ -231,24 +299,14 @@ class AnthropicHooks(CallHooks):
             if "options" in kwargs:
                 return args, {**kwargs, "options": _sdk_tracing(tl, instance, kwargs["options"])}
         except Exception:
-            log.debug("firsttoken: could not keep the anthropic SDK's tracing as it was", exc_info=True)
+            internal_error("could not keep the anthropic SDK's tracing as it was")
         return args, kwargs
 
     def describe(self, options: Any, body: Mapping[str, Any], stream: bool) -> CallDescription | None:
         operation = _classify(options)
         if operation is None:
             return None
-        model = body.get("model")
-        return CallDescription(
-            operation=operation,
-            model=model if isinstance(model, str) else None,
-            stream=stream and operation == sc.OP_CHAT,
-            request=_request_attributes(body) if operation == sc.OP_CHAT else {},
-            content=lambda: _input_content(body),
-            prefix=()
-            if body.get("system") is None and body.get("tools") is None
-            else (body.get("system"), body.get("tools")),
-        )
+        return _describe(body, stream, operation)
 
     def read_result(self, tl: Timeline, result: Any) -> None:
         read_result(tl, result)

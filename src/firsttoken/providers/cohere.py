@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .. import semconv as sc
 from ..timeline import Timeline
+from ._common import append_output, to_json
+from ._hooks import EVENT_END, EVENT_ERROR, EVENT_MORE, CallDescription, StreamState, WireFormat
 
 CHAT_PATH = "/v2/chat"
 _OUTPUT_EVENTS = frozenset({"content-delta", "tool-plan-delta", "tool-call-delta"})
@@ -55,6 +58,8 @@ def read_result(tl: Timeline, data: Mapping[str, Any]) -> None:
         tl.response_id = rid
     _finish(tl, data.get("finish_reason"))
     read_usage(tl, data.get("usage"))
+    if tl.capture is not None and data.get("message") is not None:
+        tl.capture[sc.GEN_AI_OUTPUT_MESSAGES] = to_json([data["message"]])
 
 
 def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> bool:
@@ -62,6 +67,10 @@ def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> bool:
     kind = event.get("type")
     if kind in _OUTPUT_EVENTS:
         tl.output_token(now)
+        if tl.capture is not None and kind == "content-delta":
+            text = (((event.get("delta") or {}).get("message") or {}).get("content") or {}).get("text")
+            if isinstance(text, str):
+                append_output(tl, text)
         return False
     if kind == "message-start":
         rid = event.get("id")
@@ -75,3 +84,35 @@ def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> bool:
             read_usage(tl, delta.get("usage"))
         return True
     return False
+
+
+class CohereFormat(WireFormat):
+    """Cohere's v2 Chat API (``POST /v2/chat``)."""
+
+    family = "cohere"
+
+    def match(self, path: str) -> tuple[str, str | None] | None:
+        return (sc.OP_CHAT, None) if path.endswith(CHAT_PATH) else None
+
+    def describe(
+        self, path: str, body: Mapping[str, Any], stream: bool, operation: str, api_type: str | None
+    ) -> CallDescription:
+        model, tools = body.get("model"), body.get("tools")
+        return CallDescription(
+            operation=operation,
+            model=model if isinstance(model, str) else None,
+            stream=stream,
+            content=lambda: {sc.GEN_AI_INPUT_MESSAGES: to_json(body.get("messages"))},
+            prefix=() if tools is None else (tools,),
+        )
+
+    def read_result(self, tl: Timeline, data: Mapping[str, Any]) -> None:
+        read_result(tl, data)
+
+    def read_event(self, tl: Timeline, event: Mapping[str, Any], now: int, stream: StreamState) -> int:
+        if event.get("type") == "error":
+            return EVENT_ERROR
+        return EVENT_END if read_event(tl, event, now) else EVENT_MORE
+
+
+FORMAT = CohereFormat()

@@ -1,10 +1,15 @@
-"""LLM calls made with plain ``httpx`` (no SDK, or an SDK firsttoken does not patch): a POST to an
-OpenAI-, Anthropic- or Gemini-style endpoint (``google-genai`` is measured this way).
+"""LLM calls read on the wire: sent with plain httpx, httpx2 or aiohttp (no SDK, or an SDK firsttoken
+does not patch: google-genai, cohere, mistralai, groq), to an endpoint of a known wire format.
 
-Apps that talk to an LLM API directly (to send a compressed or binary body, say) are measured too:
-the call span starts when ``Client.send`` is called, the wire phases come from the same trace
-events, a streamed SSE body is read as it passes through the transport (first and last token,
-usage), and a whole body is read once it has arrived. Any other request is left alone.
+This module owns no wire format. Each provider module owns its format once (a
+:class:`~firsttoken.providers._hooks.WireFormat`: paths, request reading, result and stream-event
+reading, the terminal and the error event), used by its SDK hooks too; :data:`FORMATS` is the
+registry. A call is opened exactly as the SDK hooks open theirs (:func:`._hooks.open_call`): the
+same capture, chunk gaps, prefix hash, client reuse, traffic class, conversation and action.
+
+The HTTP client adapters (:mod:`firsttoken.transport` for httpx, :mod:`firsttoken.transport_aiohttp`)
+hand over a :class:`~firsttoken.transport.WireRequest`, then the status and body bytes; a streamed
+SSE body is read as it passes through (first and last token, usage, the terminal or error event).
 """
 
 from __future__ import annotations
@@ -17,54 +22,39 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import semconv as sc
-from ..context import CONVERSATION_ID, CURRENT_ACTION, TRAFFIC_CLASS
+from .._internal import internal_error
 from ..recorder import Recorder
+from ..streams import ERROR_EVENT, end_on_exception, error_type_for_status
 from ..timeline import Timeline
+from ..transport import WireRequest
 from . import _common as common
-from . import _levers as levers
-from . import anthropic as anthropic_hooks
-from . import cohere, endpoints, gemini, server_timing
-from . import openai as openai_hooks
+from . import anthropic, cohere, gemini, openai
+from ._hooks import EVENT_END, EVENT_ERROR, CallDescription, StreamState, WireFormat, open_call
 
 log = logging.getLogger("firsttoken")
 
-# (path suffix, operation, API family, openai.api.type); the most specific first.
-_ENDPOINTS = (
-    ("/v1/messages", sc.OP_CHAT, "anthropic", None),
-    ("/chat/completions", sc.OP_CHAT, "openai", "chat_completions"),
-    ("/responses", sc.OP_CHAT, "openai", "responses"),
-    ("/completions", sc.OP_TEXT_COMPLETION, "openai", None),
-    ("/embeddings", sc.OP_EMBEDDINGS, "openai", None),
-)
+FORMATS: tuple[WireFormat, ...] = (anthropic.FORMAT, openai.FORMAT, gemini.FORMAT, cohere.FORMAT)
+"""The wire formats read on the wire, the most specific paths first: one row per format."""
+_BY_FAMILY = {f.family: f for f in FORMATS}
 
 
-def classify(request: Any) -> tuple[str, str, str | None] | None:
-    """(operation, API family, api type) of an LLM API request, else None. Cheap for any request."""
+def classify(request: WireRequest) -> tuple[WireFormat, str, str | None] | None:
+    """(format, operation, api type) of an LLM API request, else None. Cheap for any request."""
     if request.method != "POST":
         return None
-    path = request.url.path.rstrip("/")
-    for suffix, operation, family, api_type in _ENDPOINTS:
-        if path.endswith(suffix):
-            return operation, family, api_type
-    if path.endswith((gemini.GENERATE, gemini.STREAM)):
-        return sc.OP_GENERATE_CONTENT, GEMINI, None
-    if path.endswith(cohere.CHAT_PATH):
-        return sc.OP_CHAT, COHERE, None
+    path = request.path.rstrip("/")
+    for fmt in FORMATS:
+        found = fmt.match(path)
+        if found is not None:
+            return fmt, found[0], found[1]
     return None
 
 
-COHERE = "cohere"
-"""The API family of Cohere's v2 Chat API (``/v2/chat``); also the provider name the conventions give it."""
-
-
-GEMINI = "gemini"
-"""The API family of Gemini's native ``models/*:generateContent``."""
-
-
-def _body(request: Any) -> Mapping[str, Any]:
-    try:
-        raw = request.content
-    except Exception:  # a streaming request body: nothing to read up front
+def _body(request: WireRequest) -> Mapping[str, Any]:
+    if request.json is not None:
+        return request.json if isinstance(request.json, Mapping) else {}
+    raw = request.content
+    if raw is None:  # a streaming request body: nothing to read up front
         return {}
     try:
         if request.headers.get("content-encoding", "").lower() == "gzip":
@@ -76,12 +66,12 @@ def _body(request: Any) -> Mapping[str, Any]:
             value = msgpack.unpackb(raw)
         else:
             value = json.loads(raw)
-    except Exception:
+    except (ValueError, OSError, EOFError, ImportError):  # not gzip, JSON or msgpack after all
         return {}
     return value if isinstance(value, Mapping) else {}
 
 
-def _sdk_provider(request: Any) -> str | None:
+def _sdk_provider(request: WireRequest) -> str | None:
     """The provider an SDK is made for, from its User-Agent: the name when the host says nothing."""
     agent = request.headers.get("user-agent", "").lower()
     if agent.startswith("mistral-client-python/"):  # mistralai 1.x to 3.x
@@ -91,199 +81,126 @@ def _sdk_provider(request: Any) -> str | None:
     return None
 
 
-def start(recorder: Recorder, provider_of: common.ProviderResolver, request: Any) -> tuple[Timeline, str] | None:
-    """Start the call of an LLM API request sent with plain httpx: (timeline, API family)."""
+def start(
+    recorder: Recorder, provider_of: common.ProviderResolver, request: WireRequest
+) -> tuple[Timeline, str] | None:
+    """Open the call of an LLM API request read on the wire: (timeline, API family)."""
     kind = classify(request)
     if kind is None:
         return None
-    operation, family, api_type = kind
+    fmt, operation, api_type = kind
     body = _body(request)
-    url = request.url
-    host = url.host or None
-    port = url.port or (443 if url.scheme == "https" else 80)
-    model = body.get("model")
-    stream = body.get("stream") is True
-    default = _sdk_provider(request) or family
-    if family == GEMINI:  # the model and the streaming are in the path
-        found = gemini.match(url.path.rstrip("/"))
-        model, stream = found if found is not None else (None, False)
-        default = gemini.provider_default(url.path)
-    endpoint = provider_of.endpoint(host, port, default, url.path)
-    tl = Timeline(
-        provider=endpoint.provider,
-        operation=operation,
-        request_model=model if isinstance(model, str) else None,
-        server_address=host,
-        server_port=port,
-        stream=stream,
-        on_finish=recorder.finish,
-    )
-    if family == GEMINI:
-        _read_gemini_request(tl, body)
-    tl.api_type = api_type
-    tl.endpoint = endpoint
-    tl.extra[sc.FT_PROVIDER_SOURCE] = endpoint.source
-    tl.traffic_class = TRAFFIC_CLASS.get()
-    tl.conversation_id = CONVERSATION_ID.get()
-    if tl.conversation_id is not None:
-        tl.conversation_turn = levers.conversation_turn(tl.conversation_id)
-    tl.action = CURRENT_ACTION.get()
-    recorder.start(tl)
-    return tl, family
-
-
-# -- reading what comes back -------------------------------------------------------------------
-
-
-def _read_gemini_request(tl: Timeline, body: Mapping[str, Any]) -> None:
-    config = body.get("generationConfig")
-    if isinstance(config, Mapping):
-        limit = config.get("maxOutputTokens")
-        if isinstance(limit, int):
-            tl.extra[sc.GEN_AI_REQUEST_MAX_TOKENS] = limit
-        temperature = config.get("temperature")
-        if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
-            tl.extra[sc.GEN_AI_REQUEST_TEMPERATURE] = float(temperature)
-
-
-def _read_whole(tl: Timeline, data: Mapping[str, Any], family: str) -> None:
-    if family == GEMINI:
-        gemini.read_response(tl, data)
-    elif family == COHERE:
-        cohere.read_result(tl, data)
-    elif family == "anthropic":
-        anthropic_hooks.read_result(tl, data)
-    else:
-        openai_hooks.read_result(tl, data)
-
-
-def _observe_event(tl: Timeline, family: str, event: Mapping[str, Any], now: int) -> bool:
-    """One parsed SSE event; returns whether it was the stream's terminal event."""
-    if family == COHERE:
-        return cohere.read_event(tl, event, now)
-    kind = event.get("type")
-    if family == "anthropic":
-        if kind == "content_block_delta":
-            tl.output_token(now)
-        elif kind == "message_start":
-            anthropic_hooks.read_message(tl, event.get("message") or {})
-            endpoints.refine(tl)
-        elif kind == "message_delta":
-            reason = (event.get("delta") or {}).get("stop_reason")
-            if reason:
-                tl.finish_reasons[0] = reason
-            anthropic_hooks.read_usage(tl, event.get("usage"))
-        return kind == "message_stop"
-    if isinstance(kind, str):  # Responses API events
-        if kind.endswith(".delta"):
-            tl.output_token(now)
-        elif kind in ("response.completed", "response.incomplete", "response.failed"):
-            response = event.get("response") or {}
-            openai_hooks.read_identity(tl, response)
-            openai_hooks.read_usage(tl, response.get("usage"))
-            endpoints.refine(tl, response)
-            reason = openai_hooks.responses_finish_reason(response)
-            if reason:
-                tl.finish_reasons[0] = reason
-            return True
-        return False
-    produced = False
-    final = not event.get("choices")
-    for choice in event.get("choices") or ():
-        delta = choice.get("delta") or {}
-        if delta.get("content") or delta.get("tool_calls") or delta.get("refusal") or delta.get("reasoning_content"):
-            produced = True
-        if choice.get("text"):
-            produced = True
-        if choice.get("finish_reason"):
-            tl.finish_reasons[choice.get("index", 0)] = choice["finish_reason"]
-            final = True
-    if produced:
-        tl.output_token(now)
-    if event.get("usage"):
-        openai_hooks.read_usage(tl, event["usage"])
-    if tl.response_id is None:
-        openai_hooks.read_identity(tl, event)
-    server_timing.read(tl, event)
-    if final:
-        endpoints.refine(tl, event)
-    return False
+    what: CallDescription = fmt.describe(request.path, body, body.get("stream") is True, operation, api_type)
+    default = _sdk_provider(request) or fmt.default_provider(request.path)
+    endpoint = provider_of.endpoint(request.host, request.port, default, request.path)
+    server = (request.host, request.port, endpoint)
+    return open_call(recorder, what, server, request.client, recorder.finish), fmt.family
 
 
 class SseReader:
-    """Incremental SSE parsing of raw body bytes as the app reads them."""
+    """Incremental SSE parsing of raw body bytes as the app reads them, through one wire format."""
 
-    __slots__ = ("_buffer", "_thoughts", "done", "family", "tl")
+    __slots__ = ("_buffer", "_error_next", "done", "fmt", "state", "tl")
 
-    def __init__(self, tl: Timeline, family: str) -> None:
+    def __init__(self, tl: Timeline, fmt: WireFormat) -> None:
         self.tl = tl
-        self.family = family
+        self.fmt = fmt
+        self.state = StreamState()
         self._buffer = b""
-        self._thoughts = False
-        """Gemini: whether thought parts were streamed (then thinking tokens are not hidden output)."""
+        self._error_next = False
+        """An ``event: error`` line came: its data is an error, whatever it holds (Groq's)."""
         self.done = False
+        """Whether the stream's terminal event has been seen (or it failed)."""
 
     def feed(self, chunk: bytes) -> None:
-        if not chunk:
+        if not chunk or self.done:
             return
         try:
             now = time.perf_counter_ns()
             self._buffer += chunk
             *lines, self._buffer = self._buffer.split(b"\n")
             for line in lines:
+                if line.startswith(b"event:"):
+                    self._error_next = line[6:].strip() == b"error"
+                    continue
                 if not line.startswith(b"data:"):
                     continue
-                payload = line[5:].strip()
-                tl = self.tl
-                if tl.first_chunk_ns is None:
-                    tl.first_chunk_ns = now
-                tl.last_chunk_ns = now
-                if payload == b"[DONE]":
-                    self.done = True
-                    continue
-                tl.chunk_count += 1
-                event = json.loads(payload)
-                if not isinstance(event, Mapping):
-                    continue
-                if self.family == GEMINI:
-                    seen = gemini.read_response(tl, event, now, thoughts=self._thoughts)
-                    self._thoughts = bool(seen & gemini.THOUGHTS)
-                    if seen & gemini.FINISHED:
-                        self.done = True
-                elif _observe_event(tl, self.family, event, now):
-                    self.done = True
+                self._data(line[5:].strip(), now)
+                if self.done:
+                    return
         except Exception:
-            log.debug("firsttoken: reading a direct SSE stream failed", exc_info=True)
+            internal_error("reading a streamed body on the wire failed")
+
+    def _data(self, payload: bytes, now: int) -> None:
+        tl = self.tl
+        if self._error_next:
+            self._error()
+            return
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            event = json.loads(payload)
+        except ValueError:  # not JSON: an event this reader does not know
+            return
+        if not isinstance(event, Mapping):
+            return
+        if tl.first_chunk_ns is None:
+            tl.first_chunk_ns = now
+        elif tl.chunk_gaps is not None and tl.last_chunk_ns is not None:
+            tl.chunk_gaps.append(now - tl.last_chunk_ns)
+        tl.last_chunk_ns = now
+        seen = self.fmt.read_event(tl, event, now, self.state)
+        if seen == EVENT_ERROR:
+            self._error()
+            return
+        tl.chunk_count += 1
+        if seen == EVENT_END:
+            self.done = True
+
+    def _error(self) -> None:
+        """An error event inside the stream: the call ends with an error now, as the SDKs raise."""
+        self.done = True
+        self.tl.finish(sc.END_ERROR, time.perf_counter_ns(), ERROR_EVENT)
+
+    def fail(self, exc: BaseException) -> None:
+        """The body failed while it was read (connection dropped, timeout, cancellation)."""
+        self.done = True
+        end_on_exception(self.tl, exc)
 
 
-def finish_whole(tl: Timeline, response: Any, family: str, end_ns: int | None = None) -> None:
-    """A non-streamed body that has been read: its usage, then the end of the call."""
+def finish_whole(tl: Timeline, family: str, status: int, content: bytes | None, end_ns: int | None = None) -> None:
+    """A non-streamed body that has been read (``content``, None when the app did not read it): its
+    usage, then the end of the call."""
+    if status >= 400:
+        tl.finish(sc.END_ERROR, end_ns, error_type_for_status(status))
+        return
     try:
-        content = getattr(response, "_content", None)
-        if content:
-            data = json.loads(content)
-            if isinstance(data, Mapping) and response.status_code < 400:
-                _read_whole(tl, data, family)
+        data = json.loads(content) if content else None
+    except ValueError:  # not JSON: nothing to read
+        data = None
+    try:
+        if isinstance(data, Mapping):
+            _BY_FAMILY[family].read_result(tl, data)
     except Exception:
-        log.debug("firsttoken: reading a direct response failed", exc_info=True)
-    if response.status_code >= 400:  # the HTTP conventions' error.type for a status error
-        tl.finish(sc.END_ERROR, end_ns, error_type=str(response.status_code))
-    else:
-        tl.finish(sc.END_COMPLETED, end_ns)
+        internal_error("reading a whole body on the wire failed")
+    tl.finish(sc.END_COMPLETED, end_ns)
 
 
 class DirectCalls:
-    """Plain-httpx LLM calls, for :func:`firsttoken.transport.patch` (its ``DirectCalls`` protocol)."""
+    """Calls read on the wire, for the client adapters (the ``transport.DirectCalls`` protocol)."""
 
     def __init__(self, recorder: Recorder, provider_of: common.ProviderResolver) -> None:
         self.recorder = recorder
         self.provider_of = provider_of
 
-    def start(self, request: Any) -> tuple[Timeline, str] | None:
+    def start(self, request: WireRequest) -> tuple[Timeline, str] | None:
         return start(self.recorder, self.provider_of, request)
 
-    def finish_whole(self, tl: Timeline, response: Any, family: str, end_ns: int | None = None) -> None:
-        finish_whole(tl, response, family, end_ns)
+    def finish_whole(
+        self, tl: Timeline, family: str, status: int, content: bytes | None, end_ns: int | None = None
+    ) -> None:
+        finish_whole(tl, family, status, content, end_ns)
 
     def sse_reader(self, tl: Timeline, family: str) -> SseReader:
-        return SseReader(tl, family)
+        return SseReader(tl, _BY_FAMILY[family])

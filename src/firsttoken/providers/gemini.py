@@ -4,8 +4,12 @@ everything the SDK knows of a call (model, streaming, usage, finish reason) is i
 and the response body.
 
 Usage, as the GenAI conventions count it (input includes cached tokens; output includes thinking):
-``promptTokenCount`` is the input, ``cachedContentTokenCount`` the cache reads,
-``candidatesTokenCount`` + ``thoughtsTokenCount`` the output, ``thoughtsTokenCount`` the reasoning.
+``promptTokenCount`` + ``toolUsePromptTokenCount`` is the input (the second is the prompt of a
+built-in tool's results, part of Gemini's ``totalTokenCount`` and billed as input),
+``cachedContentTokenCount`` the cache reads, ``candidatesTokenCount`` + ``thoughtsTokenCount`` the
+output, ``thoughtsTokenCount`` the reasoning. A response that stopped while thinking
+(``MAX_TOKENS`` with ``thoughtsTokenCount`` and no ``candidatesTokenCount``) has its thoughts as its
+output, in the span and the metrics alike.
 Thoughts are not streamed unless the request asks for them (``includeThoughts``), so they are hidden
 output for the time per output token unless thought parts arrived.
 """
@@ -15,7 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .. import semconv as sc
 from ..timeline import Timeline
+from ._common import append_output, to_json
+from ._hooks import EVENT_END, EVENT_ERROR, EVENT_MORE, CallDescription, StreamState, WireFormat
 
 GENERATE = ":generateContent"
 STREAM = ":streamGenerateContent"
@@ -46,12 +53,13 @@ def read_usage(tl: Timeline, usage: Any, *, thoughts_streamed: bool = False) -> 
         return
     prompt = usage.get("promptTokenCount")
     if isinstance(prompt, int):
-        tl.input_tokens = prompt
+        tool_prompt = usage.get("toolUsePromptTokenCount")
+        tl.input_tokens = prompt + (tool_prompt if isinstance(tool_prompt, int) else 0)
     candidates = usage.get("candidatesTokenCount")
     thoughts = usage.get("thoughtsTokenCount")
     thoughts = thoughts if isinstance(thoughts, int) else 0
-    if isinstance(candidates, int):
-        tl.output_tokens = candidates + thoughts
+    if isinstance(candidates, int) or thoughts:  # no candidates: it stopped while thinking
+        tl.output_tokens = (candidates if isinstance(candidates, int) else 0) + thoughts
     if thoughts:
         tl.reasoning_tokens = thoughts
         tl.hidden_output_tokens = 0 if thoughts_streamed else thoughts
@@ -75,12 +83,16 @@ def read_response(tl: Timeline, data: Mapping[str, Any], now: int | None = None,
             if isinstance(part, Mapping) and (part.get("text") or part.get("functionCall")):
                 produced = True
                 thoughts = thoughts or part.get("thought") is True
+                if tl.capture is not None and now is not None and isinstance(part.get("text"), str):
+                    append_output(tl, part["text"])
         reason = candidate.get("finishReason")
         if isinstance(reason, str) and reason:
             tl.finish_reasons[candidate.get("index", 0) or 0] = reason.lower()
             finished = True
     if produced and now is not None:
         tl.output_token(now)
+    if tl.capture is not None and now is None and data.get("candidates"):  # a whole answer, captured
+        tl.capture[sc.GEN_AI_OUTPUT_MESSAGES] = to_json([c.get("content") for c in data["candidates"]])
     read_usage(tl, data.get("usageMetadata"), thoughts_streamed=thoughts)
     rid = data.get("responseId")
     if isinstance(rid, str) and rid:
@@ -93,3 +105,70 @@ def read_response(tl: Timeline, data: Mapping[str, Any], now: int | None = None,
 
 FINISHED = 1
 THOUGHTS = 2
+
+
+def match_path(path: str) -> tuple[str, str | None] | None:
+    """(operation, None) of a POST to ``models/{model}:generateContent`` or its streamed twin."""
+    return (sc.OP_GENERATE_CONTENT, None) if path.endswith((GENERATE, STREAM)) else None
+
+
+def _request_attributes(body: Mapping[str, Any]) -> dict[str, Any]:
+    attrs: dict[str, Any] = {}
+    config = body.get("generationConfig")
+    if isinstance(config, Mapping):
+        limit = config.get("maxOutputTokens")
+        if isinstance(limit, int):
+            attrs[sc.GEN_AI_REQUEST_MAX_TOKENS] = limit
+        temperature = config.get("temperature")
+        if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
+            attrs[sc.GEN_AI_REQUEST_TEMPERATURE] = float(temperature)
+    return attrs
+
+
+def _input_content(body: Mapping[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if body.get("systemInstruction") is not None:
+        out[sc.GEN_AI_SYSTEM_INSTRUCTIONS] = to_json(body["systemInstruction"])
+    if body.get("contents") is not None:
+        out[sc.GEN_AI_INPUT_MESSAGES] = to_json(body["contents"])
+    return out
+
+
+class GeminiFormat(WireFormat):
+    """Gemini's native ``models/*:generateContent`` (Google AI and Vertex AI paths)."""
+
+    family = "gemini"
+
+    def match(self, path: str) -> tuple[str, str | None] | None:
+        return match_path(path)
+
+    def default_provider(self, path: str) -> str:
+        return provider_default(path)
+
+    def describe(
+        self, path: str, body: Mapping[str, Any], stream: bool, operation: str, api_type: str | None
+    ) -> CallDescription:
+        found = match(path)  # the model and the streaming are in the path
+        model, streamed = found if found is not None else (None, False)
+        system, tools = body.get("systemInstruction"), body.get("tools")
+        return CallDescription(
+            operation=operation,
+            model=model,
+            stream=streamed,
+            request=_request_attributes(body),
+            content=lambda: _input_content(body),
+            prefix=() if system is None and tools is None else (system, tools),
+        )
+
+    def read_result(self, tl: Timeline, data: Mapping[str, Any]) -> None:
+        read_response(tl, data)
+
+    def read_event(self, tl: Timeline, event: Mapping[str, Any], now: int, stream: StreamState) -> int:
+        if event.get("error") is not None:
+            return EVENT_ERROR
+        seen = read_response(tl, event, now, thoughts=bool(stream.flags & THOUGHTS))
+        stream.flags = seen
+        return EVENT_END if seen & FINISHED else EVENT_MORE
+
+
+FORMAT = GeminiFormat()

@@ -24,7 +24,7 @@ from ..streams import Observer
 from ..timeline import Timeline
 from . import _common as common
 from . import endpoints, server_timing
-from ._hooks import CallDescription, CallHooks
+from ._hooks import EVENT_END, EVENT_ERROR, EVENT_MORE, CallDescription, CallHooks, StreamState, WireFormat
 
 log = logging.getLogger("firsttoken")
 
@@ -38,10 +38,14 @@ _API_RESPONSES = "responses"
 
 
 def _classify(options: Any) -> tuple[str, str | None] | None:
-    """(operation, openai.api.type) for the endpoints we measure, else None."""
+    """(operation, openai.api.type) of an SDK request for the endpoints we measure, else None."""
     if str(getattr(options, "method", "")).lower() != "post":
         return None
-    path = str(getattr(options, "url", "")).split("?", 1)[0].rstrip("/")
+    return match(str(getattr(options, "url", "")).split("?", 1)[0].rstrip("/"))
+
+
+def match(path: str) -> tuple[str, str | None] | None:
+    """(operation, openai.api.type) of a POST to ``path``, else None."""
     if path.endswith("/chat/completions"):
         return sc.OP_CHAT, _API_CHAT
     if path.endswith("/responses"):
@@ -240,8 +244,11 @@ def read_result(tl: Timeline, result: Any) -> None:
 
 
 def _delta_has_output(delta: Any) -> bool:
-    # ChoiceDelta.audio is a field from openai 3.25; before, it is an attribute only when sent.
-    if delta.content or delta.tool_calls or delta.refusal or delta.function_call or getattr(delta, "audio", None):
+    # ChoiceDelta.audio is a field from openai 3.25; before, it is an attribute only when sent. groq's
+    # ChoiceDelta has no refusal.
+    if delta.content or delta.tool_calls or delta.function_call or getattr(delta, "refusal", None):
+        return True
+    if getattr(delta, "audio", None):
         return True
     extra = delta.model_extra
     return bool(extra and (extra.get("reasoning_content") or extra.get("reasoning")))
@@ -341,6 +348,115 @@ def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
         read_identity(tl, event.response)
 
 
+def _produced(choice: Mapping[str, Any]) -> bool:
+    """Whether a streamed choice (JSON) carries output: as :func:`_delta_has_output` on the SDK's models."""
+    if choice.get("text"):
+        return True
+    delta = choice.get("delta")
+    if not isinstance(delta, Mapping):
+        return False
+    return bool(
+        delta.get("content")
+        or delta.get("tool_calls")
+        or delta.get("refusal")
+        or delta.get("function_call")
+        or delta.get("audio")
+        or delta.get("reasoning_content")
+        or delta.get("reasoning")
+    )
+
+
+def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
+    """One streamed JSON event of chat completions, completions or Responses (the wire path)."""
+    kind = event.get("type")
+    if isinstance(kind, str):  # Responses API events
+        if kind in _RESPONSE_OUTPUT_EVENTS:
+            tl.output_token(now)
+            if tl.capture is not None and kind == "response.output_text.delta":
+                common.append_output(tl, str(event.get("delta") or ""))
+            return EVENT_MORE
+        if kind in _RESPONSE_TERMINAL_EVENTS:
+            response = event.get("response") or {}
+            read_identity(tl, response)
+            read_usage(tl, response.get("usage"))
+            endpoints.refine(tl, response)
+            reason = responses_finish_reason(response)
+            if reason:
+                tl.finish_reasons[0] = reason
+            return EVENT_END
+        if kind == "error":
+            return EVENT_ERROR
+        if kind in _RESPONSE_LIFECYCLE_EVENTS and tl.response_id is None:
+            read_identity(tl, event.get("response") or {})
+        return EVENT_MORE
+    if event.get("error") is not None:  # an error object in a chat stream (the SDK raises APIError)
+        return EVENT_ERROR
+    produced = False
+    choices = event.get("choices") or ()
+    final = not choices
+    for position, choice in enumerate(choices):
+        if not isinstance(choice, Mapping):
+            continue
+        if _produced(choice):
+            if not produced and tl.capture is not None:
+                delta = choice.get("delta")
+                text = delta.get("content") if isinstance(delta, Mapping) else choice.get("text")
+                if isinstance(text, str):
+                    common.append_output(tl, text)
+            produced = True
+        reason = choice.get("finish_reason")
+        if reason:
+            index = choice.get("index")
+            tl.finish_reasons[index if isinstance(index, int) else position] = reason
+            final = True
+    if produced:
+        tl.output_token(now)
+    if event.get("usage"):
+        read_usage(tl, event["usage"])
+    if tl.response_id is None:
+        read_identity(tl, event)
+    if final:
+        server_timing.read(tl, event)
+        endpoints.refine(tl, event)
+    return EVENT_MORE
+
+
+class OpenAIFormat(WireFormat):
+    """OpenAI's chat completions, completions, embeddings and Responses, whoever serves them."""
+
+    family = "openai"
+
+    def match(self, path: str) -> tuple[str, str | None] | None:
+        return match(path)
+
+    def describe(
+        self, path: str, body: Mapping[str, Any], stream: bool, operation: str, api_type: str | None
+    ) -> CallDescription:
+        return _describe(body, stream, operation, api_type)
+
+    def read_result(self, tl: Timeline, data: Mapping[str, Any]) -> None:
+        read_result(tl, data)
+
+    def read_event(self, tl: Timeline, event: Mapping[str, Any], now: int, stream: StreamState) -> int:
+        return read_event(tl, event, now)
+
+
+FORMAT = OpenAIFormat()
+
+
+def _describe(body: Mapping[str, Any], stream: bool, operation: str, api_type: str | None) -> CallDescription:
+    model = body.get("model")
+    return CallDescription(
+        operation=operation,
+        model=model if isinstance(model, str) else None,
+        stream=stream,
+        api_type=api_type,
+        request=_request_attributes(body),
+        content=lambda: _input_content(operation, api_type, body),
+        prefix=_prefix(api_type, body),
+    )
+
+
 def _observer(tl: Timeline) -> Observer:
     if tl.api_type == _API_RESPONSES:
         return observe_response_event
@@ -360,16 +476,7 @@ class OpenAIHooks(CallHooks):
         if kind is None:
             return None
         operation, api_type = kind
-        model = body.get("model")
-        return CallDescription(
-            operation=operation,
-            model=model if isinstance(model, str) else None,
-            stream=stream,
-            api_type=api_type,
-            request=_request_attributes(body),
-            content=lambda: _input_content(operation, api_type, body),
-            prefix=_prefix(api_type, body),
-        )
+        return _describe(body, stream, operation, api_type)
 
     def read_result(self, tl: Timeline, result: Any) -> None:
         read_result(tl, result)
@@ -406,3 +513,48 @@ def patch(patches: Patches, recorder: Recorder, provider_of: common.ProviderReso
     from openai import _streaming
 
     return OpenAIHooks(recorder, provider_of).install(patches, _PUBLIC_METHODS)
+
+
+# -- groq: the same Stainless chokepoints, OpenAI's chat completions under /openai/v1 -----------------
+
+GROQ_SUPPORTED = ">=0.13.1,<2"
+"""The groq versions firsttoken is tested with."""
+
+_groq_streaming: ModuleType  # groq._streaming, imported when patching
+
+
+def observe_groq_chunk(tl: Timeline, chunk: Any, now: int) -> None:
+    """A groq chunk: as an OpenAI one, and Groq's ``x_groq`` (a declared field of groq's models, not
+    an extra) read on the final chunk, where Groq puts its usage and timing."""
+    observe_chat_chunk(tl, chunk, now)
+    if chunk.x_groq is not None and (not chunk.choices or chunk.choices[0].finish_reason is not None):
+        server_timing.read(tl, chunk)
+
+
+class GroqHooks(OpenAIHooks):
+    """The groq SDK, generated as openai's is: a call and its retries are one call span there, and a
+    failure is the SDK's exception, as for openai (on the wire, each attempt was a call)."""
+
+    provider = "groq"
+
+    def observer(self, tl: Timeline) -> Observer:
+        return observe_groq_chunk if tl.api_type == _API_CHAT else _observer(tl)
+
+    def is_stream(self, result: Any) -> bool:
+        return isinstance(result, (_groq_streaming.Stream, _groq_streaming.AsyncStream))
+
+
+_GROQ_PUBLIC_METHODS = (
+    ("groq.resources.chat.completions", "Completions.create"),
+    ("groq.resources.chat.completions", "AsyncCompletions.create"),
+)
+
+
+def patch_groq(patches: Patches, recorder: Recorder, provider_of: common.ProviderResolver) -> bool:
+    """Install the groq hooks; False (with a warning) when the installed SDK is unsupported."""
+    if not common.check_version("groq", GROQ_SUPPORTED):
+        return False
+    global _groq_streaming
+    from groq import _streaming as _groq_streaming
+
+    return GroqHooks(recorder, provider_of).install(patches, _GROQ_PUBLIC_METHODS)

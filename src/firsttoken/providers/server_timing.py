@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import semconv as sc
+from ..headers import MAX_SECONDS
 from ..timeline import Timeline
-from ..transport import MAX_SECONDS
 from ._common import get
 
 _FIELDS = (
