@@ -32,6 +32,10 @@ from firsttoken import semconv as sc
 from firsttoken.sim import LatencyModel, Simulator
 from tests.conftest import Telemetry
 
+# LiteLLM fetches its model price list from GitHub at import, retrying for seconds without a network;
+# its bundled copy serves the tests.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 FRAMEWORKS = ("langchain_openai", "langchain_anthropic", "litellm", "pydantic_ai", "llama_index.llms.openai")
 _missing = [m for m in FRAMEWORKS if importlib.util.find_spec(m.partition(".")[0]) is None]
 if _missing:
