@@ -2,7 +2,8 @@
 
 openai-v2 and OpenLLMetry record ``gen_ai.client.*`` metrics under the same names as firsttoken and a
 span of their own for each call; logfire's ``instrument_openai()``/``instrument_anthropic()``
-suppress every other instrumentation during the call by default, firsttoken's spans included. Each
+suppress every other instrumentation during the call by default, firsttoken's spans included where
+they go to logfire's tracer provider. Each
 is noticed when its instrumentor has already run when firsttoken installs, or when it runs later
 (its ``_instrument``, or logfire's method, is wrapped), and said once per process. Nothing is
 changed in what either records: the app decides (docs/coexistence.md says how).
@@ -26,7 +27,8 @@ _COUNTED_TWICE = (
 )
 _SUPPRESSED = (
     "logfire.{method}() suppresses other instrumentation during each call: firsttoken's spans are not"
-    " recorded (its metrics are); pass suppress_other_instrumentation=False to keep them; see " + DOC
+    " recorded where it records into logfire's tracer provider; pass suppress_other_instrumentation=False"
+    " to keep them; see " + DOC
 )
 
 INSTRUMENTORS: dict[str, tuple[str, str]] = {
