@@ -73,6 +73,8 @@ if [ "${CI:-}" = "true" ] || scripts/stack/build.sh --check; then export FIRSTTO
 run_step pytest "$VENV/bin/python" -m pytest -q "$@"
 # The SDK-facing tests again, on the oldest openai and anthropic SDKs firsttoken supports.
 run_step pytest-oldest-sdks scripts/compat.sh
+# LangChain, LiteLLM, pydantic-ai and LlamaIndex over the SDKs, in their own venv.
+run_step pytest-frameworks scripts/frameworks.sh
 # firsttoken's own instructions per call under callgrind, against benchmarks/instruction_budget.json.
 run_step instruction-budget scripts/check_instructions.sh "$VENV"
 # The release: wheel and sdist built and checked; the installed wheel tested on every Python 3.10-3.13 found.

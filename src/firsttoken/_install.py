@@ -160,6 +160,20 @@ def _anyio(installation: Installation, module: ModuleType) -> bool:
     return transport.patch_async_dns(installation.patches)
 
 
+def _another_instrumentor(installation: Installation, module: ModuleType) -> bool:
+    from . import _coexist
+
+    _coexist.watch_instrumentor(installation.patches, module)
+    return False  # noticed, not instrumented: not in patched()
+
+
+def _logfire(installation: Installation, module: ModuleType) -> bool:
+    from . import _coexist
+
+    _coexist.watch_logfire(installation.patches, module)
+    return False
+
+
 _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("openai", _openai),
     ("anthropic", _anthropic),
@@ -168,6 +182,12 @@ _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("httpx", _httpx),
     ("anyio", _anyio),
     ("aiohttp", _aiohttp),
+    # Other GenAI instrumentations of the same calls, said once each (_coexist, docs/coexistence.md).
+    ("opentelemetry.instrumentation.openai_v2", _another_instrumentor),
+    ("opentelemetry.instrumentation.openai", _another_instrumentor),
+    ("opentelemetry.instrumentation.anthropic", _another_instrumentor),
+    ("logfire._internal.main", _logfire),
+    ("logfire", _logfire),
 )
 
 

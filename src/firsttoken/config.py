@@ -351,7 +351,7 @@ class FirstTokenWarning(UserWarning):
 
 
 # Frames of these packages are between the app and a warning; it is reported at the app's line.
-_NOT_THE_APP = ("firsttoken", "openai", "anthropic", "httpx", "httpx2", "httpcore", "wrapt", "opentelemetry")
+_NOT_THE_APP = ("firsttoken", "openai", "anthropic", "httpx", "httpx2", "httpcore", "wrapt", "opentelemetry", "logfire")
 
 
 def _app_stacklevel() -> int:
