@@ -1084,7 +1084,9 @@ def _measure_levers(
 
     def action_run(parallel: bool) -> Callable[[], None]:
         def call() -> None:
-            for _ in oai.chat.completions.create(model=model, messages=msgs, max_tokens=24, stream=True):
+            for _ in oai.chat.completions.create(
+                model=model, messages=msgs, max_tokens=24, stream=True, stream_options={"include_usage": True}
+            ):
                 pass
 
         def run() -> None:

@@ -444,7 +444,32 @@ class OpenAIFormat(WireFormat):
 FORMAT = OpenAIFormat()
 
 
+NO_USAGE_WARNING = (
+    "a streamed chat or completions call asked for no usage: its input and output tokens are not counted "
+    '(pass stream_options={"include_usage": True}; the openai SDK\'s chat.completions.stream() helper and '
+    "some frameworks do not). Said once per process; docs/semantics.md#streams-without-usage"
+)
+_warned_no_usage = False
+
+
+def _check_usage_asked(body: Mapping[str, Any], api_type: str | None) -> None:
+    """A streamed Chat Completions or Completions request reports usage only when it asks for it (the
+    Responses API always does): without it, tokens go uncounted, so say so once."""
+    global _warned_no_usage
+    if _warned_no_usage or api_type == _API_RESPONSES:
+        return
+    options = body.get("stream_options")
+    if isinstance(options, Mapping) and options.get("include_usage"):
+        return
+    _warned_no_usage = True
+    from ..config import warn
+
+    warn(NO_USAGE_WARNING)
+
+
 def _describe(body: Mapping[str, Any], stream: bool, operation: str, api_type: str | None) -> CallDescription:
+    if stream and operation in (sc.OP_CHAT, sc.OP_TEXT_COMPLETION):
+        _check_usage_asked(body, api_type)
     model = body.get("model")
     return CallDescription(
         operation=operation,
