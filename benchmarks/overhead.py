@@ -51,8 +51,30 @@ GOALS = (
 SHORT, LONG = 8, 256
 
 
-def _serve(conn: Any) -> None:
+def _whole_responses() -> None:
+    """Make the simulator (in this process) send each HTTP/1.1 response in one write, headers and
+    body together, at its end. The client then reads it in one go, every time: how a stream's bytes
+    happen to be split across reads (the server's and the client's timing) no longer changes how
+    much work the SDK, httpcore and firsttoken's wire hooks do per call. For instruction counts only."""
+    from firsttoken.sim import _http
+
+    cls = _http.H11Connection
+    write = cls._write
+
+    def held(self: Any, data: bytes | None) -> None:
+        if data:
+            self.__dict__.setdefault("_held", bytearray()).extend(data)
+        if self._conn.our_state is _http.h11.DONE or self._conn.our_state is _http.h11.MUST_CLOSE:
+            write(self, bytes(self.__dict__.pop("_held", b"")))
+
+    cls._write = held  # type: ignore[method-assign]
+
+
+def _serve(conn: Any, whole: bool = False) -> None:
     from firsttoken.sim import LatencyModel, Simulator
+
+    if whole:
+        _whole_responses()
 
     fast = LatencyModel(
         queue_ms=0, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=1_000_000, jitter=0, output_tokens=LONG
@@ -63,10 +85,11 @@ def _serve(conn: Any) -> None:
 
 
 @contextlib.contextmanager
-def _simulator() -> Iterator[tuple[str, str]]:
-    """(openai base URL, anthropic base URL) of a simulator in its own process, for the block."""
+def _simulator(whole: bool = False) -> Iterator[tuple[str, str]]:
+    """(openai base URL, anthropic base URL) of a simulator in its own process, for the block;
+    ``whole``: each response in one write (see :func:`_whole_responses`)."""
     parent, child = mp.Pipe()
-    server = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
+    server = mp.get_context("spawn").Process(target=_serve, args=(child, whole), daemon=True)
     server.start()  # a fresh interpreter: not under valgrind when this process is
     try:
         yield parent.recv()
@@ -261,7 +284,7 @@ COUNTED_CONFIGS = (
 COUNTED_CALLS = {SHORT: 20, LONG: 4}
 
 
-def _counted_child(counted: Sequence[str], names: Sequence[str], stretches: dict[int, int]) -> None:
+def _counted_child(counted: Sequence[str], names: Sequence[str], stretches: dict[int, int], rounds: int = 1) -> None:
     """Runs under callgrind: the workloads ``names`` in each configuration, a stretch of ``calls``
     streamed calls of ``n`` tokens for each ``n: calls`` in ``stretches``, each inside
     ``sys.call_tracing`` so that callgrind collects exactly that stretch (``--toggle-collect``) and
@@ -273,26 +296,27 @@ def _counted_child(counted: Sequence[str], names: Sequence[str], stretches: dict
     import firsttoken
 
     configs = _configs()
-    with _simulator() as urls:
+    with _simulator(whole=True) as urls:
         workloads = {name: w for name, w in _workloads(urls).items() if name in names}
         for run, client in workloads.values():
             run(client, 5, SHORT)
-        for config in ("", *counted):
-            if config:
-                firsttoken.instrument(**configs[config]())
-            for name, (run, client) in workloads.items():
-                for n, calls in stretches.items():
-                    run(client, 2, n)  # warm this configuration's code paths
-                    # Every stretch starts from the same garbage-collector state: all that exists
-                    # is collected and then frozen, so collections during the stretch see only
-                    # what the stretch itself allocated (still counted: allocating is a cost).
-                    gc.collect()
-                    gc.freeze()
-                    sys.call_tracing(run, (client, calls, n))
-                    gc.unfreeze()
-                    print(f"segment\t{name}\t{config}\t{n}\t{calls}", flush=True)
-            if config:
-                firsttoken.uninstrument()
+        for number in range(rounds):  # the configurations in turn, round after round
+            for config in ("", *counted):
+                if config:
+                    firsttoken.instrument(**configs[config]())
+                for name, (run, client) in workloads.items():
+                    for n, calls in stretches.items():
+                        run(client, 2, n)  # warm this configuration's code paths
+                        # Every stretch starts from the same garbage-collector state: all that exists
+                        # is collected and then frozen, so collections during the stretch see only
+                        # what the stretch itself allocated (still counted: allocating is a cost).
+                        gc.collect()
+                        gc.freeze()
+                        sys.call_tracing(run, (client, calls, n))
+                        gc.unfreeze()
+                        print(f"segment\t{name}\t{config}\t{n}\t{calls}\t{number}", flush=True)
+                if config:
+                    firsttoken.uninstrument()
 
 
 def _user_seconds_per_call(run: Workload, client: Any, calls: int) -> float:
@@ -322,6 +346,14 @@ def _count(
 ) -> dict[tuple[str, str, int], float]:
     """{(workload, configuration, tokens): instructions per call}, counted by a child under callgrind
     (the uninstrumented runs under the configuration "")."""
+    return {key: rounds[0] for key, rounds in count_rounds(counted, names, stretches, 1).items()}
+
+
+def count_rounds(
+    counted: Sequence[str], names: Sequence[str], stretches: dict[int, int], rounds: int
+) -> dict[tuple[str, str, int], list[float]]:
+    """{(workload, configuration, tokens): instructions per call in each round}: one child under
+    callgrind runs every configuration in turn, ``rounds`` times over."""
     import os
     import shutil
     import subprocess
@@ -330,7 +362,9 @@ def _count(
 
     if shutil.which("valgrind") is None:
         raise SystemExit("counting instructions needs valgrind (Debian: apt-get install valgrind)")
-    plan = "|".join([";".join(counted), ";".join(names), ",".join(f"{n}:{c}" for n, c in stretches.items())])
+    plan = "|".join(
+        [";".join(counted), ";".join(names), ",".join(f"{n}:{c}" for n, c in stretches.items()), str(rounds)]
+    )
     with tempfile.TemporaryDirectory() as tmp:
         out_file = os.path.join(tmp, "callgrind.out")
         proc = subprocess.run(
@@ -344,11 +378,11 @@ def _count(
         segments = [line.split("\t")[1:] for line in proc.stdout.splitlines() if line.startswith("segment\t")]
         if proc.returncode != 0 or not segments:
             raise SystemExit(f"the callgrind run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        counts: dict[tuple[str, str, int], float] = {}
-        for number, (name, config, n, calls) in enumerate(segments, start=1):
+        counts: dict[tuple[str, str, int], list[float]] = {}
+        for number, (name, config, n, calls, _round) in enumerate(segments, start=1):
             with open(f"{out_file}.{number}") as dump:
                 total = next(int(line.split()[1]) for line in dump if line.startswith(("summary:", "totals:")))
-            counts[(name, config, int(n))] = total / int(calls)
+            counts.setdefault((name, config, int(n)), []).append(total / int(calls))
     return counts
 
 
@@ -564,11 +598,12 @@ def main() -> None:
     parser.add_argument("--counted-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.counted_child is not None:
-        configs, names, stretches = args.counted_child.split("|")
+        configs, names, stretches, rounds = args.counted_child.split("|")
         _counted_child(
             configs.split(";"),
             names.split(";"),
             {int(n): int(c) for n, c in (p.split(":") for p in stretches.split(","))},
+            int(rounds),
         )
         return
     if args.instructions:

@@ -36,6 +36,7 @@ import pytest
 from firsttoken import semconv as sc
 
 from ..conftest import Telemetry
+from ..jitter import SchedulerProbe
 from .conftest import LlamaServer
 
 MAX_TOKENS = 24
@@ -107,7 +108,8 @@ def _stream_openai(client: openai.OpenAI, messages: list[dict[str, str]]) -> tup
 
 
 def test_openai_streamed_call_against_the_app_and_the_server(llama_server: LlamaServer, telemetry: Telemetry) -> None:
-    app_ttft, chunks = _stream_openai(_openai(llama_server), _messages())
+    with SchedulerProbe() as probe:  # on a busy machine the app may be preempted longer than PREEMPTION_S
+        app_ttft, chunks = _stream_openai(_openai(llama_server), _messages())
     attrs = dict(telemetry.call().attributes or {})
     timings = chunks[-1].model_extra["timings"]
     usage = next(c.usage for c in chunks if c.usage is not None)
@@ -117,7 +119,7 @@ def test_openai_streamed_call_against_the_app_and_the_server(llama_server: Llama
     assert attrs[sc.GEN_AI_REQUEST_MODEL] == "smollm2"
 
     ttft = attrs[sc.FT_TIME_TO_FIRST_TOKEN]
-    assert app_ttft - PREEMPTION_S <= ttft <= app_ttft + 0.001
+    assert app_ttft - probe.allow(PREEMPTION_S) <= ttft <= app_ttft + 0.001
     prompt_s = timings["prompt_ms"] / 1000
     assert attrs[sc.FT_SERVER_PROMPT_TIME] == pytest.approx(prompt_s)
     assert ttft >= prompt_s - 0.001
@@ -164,12 +166,15 @@ def test_anthropic_messages_streamed_and_whole(llama_server: LlamaServer, teleme
     client = _anthropic(llama_server)
     start = time.perf_counter()
     first = None
-    with client.messages.stream(
-        model="smollm2",
-        max_tokens=MAX_TOKENS,
-        messages=[{"role": "user", "content": QUESTION}],
-        extra_body={"ignore_eos": True, "temperature": 0},
-    ) as stream:
+    with (
+        SchedulerProbe() as probe,
+        client.messages.stream(
+            model="smollm2",
+            max_tokens=MAX_TOKENS,
+            messages=[{"role": "user", "content": QUESTION}],
+            extra_body={"ignore_eos": True, "temperature": 0},
+        ) as stream,
+    ):
         for _text in stream.text_stream:
             if first is None:
                 first = time.perf_counter() - start
@@ -192,7 +197,7 @@ def test_anthropic_messages_streamed_and_whole(llama_server: LlamaServer, teleme
         assert attrs.get(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, 0) == (usage.cache_read_input_tokens or 0)
         assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == usage.output_tokens
     assert streamed[sc.GEN_AI_REQUEST_STREAM] is True
-    assert first - PREEMPTION_S <= streamed[sc.FT_TIME_TO_FIRST_TOKEN] <= first + 0.001
+    assert first - probe.allow(PREEMPTION_S) <= streamed[sc.FT_TIME_TO_FIRST_TOKEN] <= first + 0.001
 
 
 def test_prompt_caching_cold_then_cached(llama_server: LlamaServer, telemetry: Telemetry) -> None:

@@ -131,7 +131,8 @@ function overTime(series) {
   }
   // The top margin keeps plotly's toolbar above the plot, off the highest tick.
   Plotly.react(plot, traces, {margin: {t: 40, r: 60}, barmode: "stack",
-    xaxis: {range: [new Date(series.t_ms[0] - series.bucket_s * 500), new Date(series.t_ms.at(-1) + series.bucket_s * 500)]},
+    xaxis: {range: [new Date(series.t_ms[0] - series.bucket_s * 500),
+      new Date(series.t_ms.at(-1) + series.bucket_s * 500)]},
     yaxis: {title: {text: "TTFT p95 (ms)"}, ...niceAxis(ttftMax)},
     yaxis2: {title: {text: "calls/s"}, overlaying: "y", side: "right", showgrid: false,
       ...niceAxis(Math.max(...stacked))},
