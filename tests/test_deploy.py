@@ -258,14 +258,19 @@ def _check(sink: OtlpSink, calls: int, outcome: Outcome, bare: Outcome, what: st
 
 
 def _server_case(
-    sim: Simulator, tmp_path: Path, modules: dict[str, str], command: Callable[[int], list[str]], what: str
+    sim: Simulator,
+    tmp_path: Path,
+    modules: dict[str, str],
+    command: Callable[[int], list[str]],
+    what: str,
+    **extra: str,
 ) -> None:
     _write(tmp_path, **modules)
     port = free_port()
-    bare = _serve(command(port), _env(sim, None, tmp_path), port, tmp_path)
+    bare = _serve(command(port), _env(sim, None, tmp_path, **extra), port, tmp_path)
     with OtlpSink() as sink:
         port = free_port()
-        outcome = _serve(command(port), _env(sim, sink, tmp_path), port, tmp_path)
+        outcome = _serve(command(port), _env(sim, sink, tmp_path, **extra), port, tmp_path)
         _check(sink, CALLS, outcome, bare, what)
 
 
@@ -302,6 +307,9 @@ def test_uvicorn_under_opentelemetry_instrument(sim: Simulator, tmp_path: Path) 
             "warning",
         ],
         "opentelemetry-instrument uvicorn",
+        # The dev venv also holds openai-v2 and OpenLLMetry (tests/test_coexist.py): off, as in an app
+        # that runs firsttoken alone.
+        OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="openai,anthropic",
     )
 
 

@@ -31,6 +31,10 @@ def sim() -> Iterator[Simulator]:
         yield s
 
 
+OTHER_GENAI_INSTRUMENTATIONS = "openai,anthropic"
+"""The entry-point names of openai-v2's and OpenLLMetry's instrumentors (firsttoken's is ``firsttoken``)."""
+
+
 def run_example(sim: Simulator, name: str, *, zero_code: bool = False) -> tuple[str, list[dict[str, Any]]]:
     """The example's own output (spans taken out) and the spans it printed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_", "ANTHROPIC_", "FIRSTTOKEN_"))}
@@ -46,6 +50,9 @@ def run_example(sim: Simulator, name: str, *, zero_code: bool = False) -> tuple[
     command = [sys.executable, str(EXAMPLES / name)]
     if zero_code:
         command = [str(Path(sys.executable).with_name("opentelemetry-instrument")), *command]
+        # The dev venv also holds openai-v2 and OpenLLMetry (for tests/test_coexist.py); an app that
+        # runs firsttoken alone has neither, so they stay off here.
+        env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = OTHER_GENAI_INSTRUMENTATIONS
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "Warning" not in done.stderr, done.stderr
