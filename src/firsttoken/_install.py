@@ -301,7 +301,15 @@ def flush(timeout: float | None = None) -> bool:
         elif current is not None:
             tracer_provider = tracer_provider or trace.get_tracer_provider()
             meter_provider = meter_provider or metrics.get_meter_provider()
-        return _exit.flush(_timeout(timeout), tracer_provider, meter_provider)
+        # The SDK says a flush succeeded once its exporters returned, delivered or not; firsttoken's own
+        # exporters know whether the collector took it.
+        ours = own is not None and tracer_provider is own.tracer_provider
+        before = own.undelivered() if own is not None and ours else None
+        done = _exit.flush(_timeout(timeout), tracer_provider, meter_provider)
+        if own is not None and before is not None:
+            after = own.undelivered()
+            done = done and after[:2] == before[:2] and after[2] == 0
+        return done
     except Exception:
         internal_error("flush failed")
         return False
