@@ -233,9 +233,10 @@ def test_mistral_a_refusal_after_a_retry_is_one_failed_call(
     assert_one_failed_call(telemetry, rsim, 2, "InternalServerError")
 
 
-# -- cohere: max_retries (2 by default) for a whole answer --------------------------------------------
+# -- cohere: max_retries (2 by default in cohere 7.3, 0 in 5.9) for a whole answer ------------------------
 
 cohere = pytest.importorskip("cohere", reason="cohere is in the dev extra")
+RETRIES: Any = {"max_retries": 2}  # cohere 7's default; cohere 5 retried none unless asked
 
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
@@ -247,13 +248,22 @@ def test_cohere_retries_are_one_call(telemetry: Telemetry, rsim: Simulator, faul
 
         async def run() -> Any:
             co = cohere.AsyncClientV2(api_key="test-key", base_url=rsim.url)
-            return await co.chat(model="command-a-03-2025", messages=messages)
+            return await co.chat(model="command-a-03-2025", messages=messages, request_options=RETRIES)
 
         result = asyncio.run(run())
     else:
         result = cohere.ClientV2(api_key="test-key", base_url=rsim.url).chat(
-            model="command-a-03-2025", messages=messages
+            model="command-a-03-2025", messages=messages, request_options=RETRIES
         )
     a = assert_one_retried_call(telemetry, rsim, FAULTS[fault][1], stream=False)
     assert a[sc.GEN_AI_RESPONSE_ID] == result.id
     assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == result.usage.tokens.output_tokens == 12
+
+
+def test_every_retry_loop_is_hooked_when_its_module_is_imported() -> None:
+    """The SDK modules firsttoken waits for are the ones whose loops it knows (two lists, kept equal)."""
+    from firsttoken import _install
+    from firsttoken.providers import retries
+
+    hooked = {name for name, action in _install._HOOKS if action is _install._retry_loop}
+    assert hooked == set(retries.LOOPS)

@@ -195,6 +195,8 @@ _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("mistralai.azure.client.basesdk", _retry_loop),
     ("mistralai.gcp.client.basesdk", _retry_loop),
     ("mistralai.basesdk", _retry_loop),
+    ("mistralai_azure.basesdk", _retry_loop),
+    ("mistralai_gcp.basesdk", _retry_loop),
     ("cohere.core.http_client", _retry_loop),
     # Other GenAI instrumentations of the same calls, said once each (_coexist, docs/coexistence.md).
     ("opentelemetry.instrumentation.openai_v2", _another_instrumentor),

@@ -27,6 +27,8 @@ LOOPS: dict[str, tuple[str, str]] = {
     "mistralai.azure.client.basesdk": ("BaseSDK.do_request", "BaseSDK.do_request_async"),
     "mistralai.gcp.client.basesdk": ("BaseSDK.do_request", "BaseSDK.do_request_async"),
     "mistralai.basesdk": ("BaseSDK.do_request", "BaseSDK.do_request_async"),  # mistralai 1
+    "mistralai_azure.basesdk": ("BaseSDK.do_request", "BaseSDK.do_request_async"),
+    "mistralai_gcp.basesdk": ("BaseSDK.do_request", "BaseSDK.do_request_async"),
     "cohere.core.http_client": ("HttpClient.request", "AsyncHttpClient.request"),
 }
 """Module -> the sync and async function that runs one call's retry loop, in each SDK."""
