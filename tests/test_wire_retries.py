@@ -53,7 +53,10 @@ def assert_one_retried_call(telemetry: Telemetry, sim: Simulator, status: int, s
     assert a[sc.HTTP_RESPONSE_STATUS_CODE] == 200  # the answered attempt's
     events = [dict(e.attributes or {}) for e in span.events if e.name == sc.EVENT_ATTEMPT]
     assert [(e[sc.FT_ATTEMPT], e.get(sc.HTTP_RESPONSE_STATUS_CODE)) for e in events] == [(1, status), (2, 200)]
-    assert "firsttoken.phase_duration." + sc.PHASE_RETRY_WAIT in a  # the wait between the attempts
+    wait = a["firsttoken.phase_duration." + sc.PHASE_RETRY_WAIT]  # the wait between the attempts
+    waits = [p.value for p in _points(telemetry, sc.M_PHASE_TIME) if p.attributes[sc.FT_PHASE] == sc.PHASE_RETRY_WAIT]
+    assert waits == [pytest.approx(wait)]  # counted once, as long as the span says
+    assert wait >= 0.01  # each SDK here sleeps 10 ms or more before its retry: that time is the wait's
     if status == 429:  # the rate limit's Retry-After, kept as the SDK path keeps it
         assert a[sc.FT_RETRY_AFTER] == pytest.approx(0.01)
     # Counted once: one retry, one call, no error in the error rate.
