@@ -91,12 +91,12 @@ types = pytest.importorskip("google.genai.types")
 GEMINI_CLIENTS = ("sync", "async-httpx", "async-aiohttp")
 
 
-def _gemini(sim: Simulator, client: str, attempts: int, held: list[Any]) -> Any:
+def _gemini(sim: Simulator, client: str, attempts: int, held: list[Any], delay: float = 0.01) -> Any:
     if not hasattr(types, "HttpRetryOptions"):
         pytest.skip("this google-genai has no HttpRetryOptions (its calls are not retried)")
     options: dict[str, Any] = {
         "base_url": sim.url,
-        "retry_options": types.HttpRetryOptions(attempts=attempts, initial_delay=0.01, max_delay=0.02, jitter=0),
+        "retry_options": types.HttpRetryOptions(attempts=attempts, initial_delay=delay, max_delay=delay * 2, jitter=0),
     }
     if client == "async-httpx":  # an httpx client of the app's: the SDK sends with it, not with aiohttp
         async_client = httpx.AsyncClient()
@@ -170,6 +170,36 @@ def test_gemini_a_dropped_connection_retried_is_one_call(telemetry: Telemetry, r
     a = dict(telemetry.call().attributes or {})
     assert a[sc.FT_ATTEMPTS] == 2 and a[sc.FT_END_REASON] == sc.END_COMPLETED and sc.ERROR_TYPE not in a
     assert sum(p.value for p in _points(telemetry, sc.M_RETRIES)) == 1
+
+
+@pytest.mark.parametrize("client", ["async-httpx", "async-aiohttp"])
+def test_gemini_cancelled_in_its_backoff_is_one_cancelled_call(
+    telemetry: Telemetry, rsim: Simulator, client: str
+) -> None:
+    """The app cancels while the SDK waits to retry a 429: the call ends cancelled then, not as an error."""
+    held: list[Any] = []
+    c = _gemini(rsim, client, 3, held, delay=30.0)  # a backoff the test cancels
+    rsim.inject(Fault.rate_limit(retry_after=0.01))
+
+    async def run() -> None:
+        task = asyncio.ensure_future(c.aio.models.generate_content(model="gemini-2.0-flash", contents="Hi"))
+        for _ in range(500):  # until the 429 has come back (5 s at most)
+            await asyncio.sleep(0.01)
+            if rsim.requests:
+                break
+        await asyncio.sleep(0.05)
+        assert telemetry.calls() == []  # the 429 did not end the call: the SDK is waiting to retry
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    assert len(rsim.requests) == 1
+    span = telemetry.call()
+    a = dict(span.attributes or {})
+    assert a[sc.FT_END_REASON] == sc.END_CANCELLED
+    assert sc.ERROR_TYPE not in a and span.status.status_code.name != "ERROR"
+    assert a[sc.FT_ATTEMPTS] == 1
 
 
 # -- mistralai: a RetryConfig (none by default) ----------------------------------------------------
