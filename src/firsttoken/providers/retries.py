@@ -2,8 +2,9 @@
 
 google-genai (tenacity, as its ``HttpRetryOptions`` say; and its async client's own retry of an
 aiohttp connection error), mistralai (Speakeasy's backoff, as a ``RetryConfig`` says) and cohere
-(Fern's ``max_retries``, 2 by default) send every attempt as a request of its own, which the wire
-path would read as a call each. Their retry loop is wrapped here (the one function every call and
+(Fern's ``max_retries``: 2 by default in cohere 7, none in 5.9; whole answers only, its streams are
+not retried) send every attempt as a request of its own, which the wire path would read as a call
+each. Their retry loop is wrapped here (the one function every call and
 all its attempts go through) in a :class:`~firsttoken.transport.RetryLoop`: the attempts sent inside
 it are one call, with its attempt count and attempt events, its ``retry_wait`` phase and its retry
 counted once per retry, as an openai SDK call and its retries are; a failed attempt ends the call
