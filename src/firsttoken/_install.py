@@ -154,6 +154,13 @@ def _aiohttp(installation: Installation, module: ModuleType) -> bool:
     return adapter.patch(installation.patches, module)
 
 
+def _retry_loop(installation: Installation, module: ModuleType) -> bool:
+    # An SDK read on the wire that retries by itself: its attempts are one call (providers/retries.py).
+    from .providers import retries
+
+    return retries.patch(installation.patches, module.__name__)
+
+
 def _anyio(installation: Installation, module: ModuleType) -> bool:
     from . import transport
 
@@ -182,6 +189,15 @@ _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("httpx", _httpx),
     ("anyio", _anyio),
     ("aiohttp", _aiohttp),
+    # The retry loops of SDKs read on the wire (providers/retries.LOOPS).
+    ("google.genai._api_client", _retry_loop),
+    ("mistralai.client.basesdk", _retry_loop),
+    ("mistralai.azure.client.basesdk", _retry_loop),
+    ("mistralai.gcp.client.basesdk", _retry_loop),
+    ("mistralai.basesdk", _retry_loop),
+    ("mistralai_azure.basesdk", _retry_loop),
+    ("mistralai_gcp.basesdk", _retry_loop),
+    ("cohere.core.http_client", _retry_loop),
     # Other GenAI instrumentations of the same calls, said once each (_coexist, docs/coexistence.md).
     ("opentelemetry.instrumentation.openai_v2", _another_instrumentor),
     ("opentelemetry.instrumentation.openai", _another_instrumentor),
