@@ -35,7 +35,7 @@ from typing import Any
 
 from . import _imports, streams
 from ._internal import internal_error
-from ._otlp import Export, run_bounded
+from ._otlp import Export, force_flush
 
 log = logging.getLogger("firsttoken")
 
@@ -56,14 +56,7 @@ def flush(timeout_s: float, tracer_provider: Any, meter_provider: Any) -> bool:
     export), concurrently, within ``timeout_s``. True when everything was handed over in time."""
     deadline = time.monotonic() + timeout_s
     recorded = streams.flush_abandoned(max(timeout_s * ABANDONED_SHARE, 0.001))
-    remaining = max(deadline - time.monotonic(), 0.001)
-    millis = max(int(remaining * 1000), 1)
-    jobs = [
-        (lambda p=provider: p.force_flush(timeout_millis=millis))
-        for provider in (tracer_provider, meter_provider)
-        if callable(getattr(provider, "force_flush", None))
-    ]
-    return run_bounded(jobs, remaining) and recorded
+    return force_flush(max(deadline - time.monotonic(), 0.001), tracer_provider, meter_provider) and recorded
 
 
 class ExitRoutine:

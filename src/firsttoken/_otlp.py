@@ -488,17 +488,10 @@ class Export:
         return (*failed, sum(buffer.spans for buffer in self.held))
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Force-flush both providers (spans, and a final metric collection and export), concurrently,
-        within ``timeout_s`` (default: ``FIRSTTOKEN_SHUTDOWN_TIMEOUT``). True when both finished in time
-        and said they succeeded. May be called any number of times."""
-        budget = self.shutdown_timeout_s if timeout_s is None else timeout_s
-        millis = max(int(budget * 1000), 1)
-        return run_bounded(
-            [
-                lambda: self.tracer_provider.force_flush(timeout_millis=millis),
-                lambda: self.meter_provider.force_flush(timeout_millis=millis),
-            ],
-            budget,
+        """Force-flush both providers (see :func:`force_flush`) within ``timeout_s`` (default:
+        ``FIRSTTOKEN_SHUTDOWN_TIMEOUT``). May be called any number of times."""
+        return force_flush(
+            self.shutdown_timeout_s if timeout_s is None else timeout_s, self.tracer_provider, self.meter_provider
         )
 
     def close(self, timeout_s: float | None = None, *, shutdown: bool = True) -> bool:
@@ -530,6 +523,19 @@ class Export:
                 self.quiet.report(f"did not take the last spans and metrics within {budget:g} s; they were dropped")
         self._closed = done
         return done
+
+
+def force_flush(timeout_s: float, *providers: Any) -> bool:
+    """Force-flush the providers (spans; a final metric collection and export) concurrently, within
+    ``timeout_s``: True when each finished in time and said it succeeded. A provider without
+    ``force_flush`` (the API's no-op ones) is skipped."""
+    millis = max(int(timeout_s * 1000), 1)
+    jobs = [
+        (lambda p=provider: p.force_flush(timeout_millis=millis))
+        for provider in providers
+        if callable(getattr(provider, "force_flush", None))
+    ]
+    return run_bounded(jobs, timeout_s)
 
 
 def run_bounded(jobs: Sequence[Callable[[], object]], timeout_s: float) -> bool:
