@@ -63,46 +63,21 @@ TESTS=(
 
 export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
 
-make_venv() {
-    "$PYTHON" -m venv "$VENV" && return 0
-    # Debian's python3 has no ensurepip until python3-venv (python3.X-venv) is installed.
-    rm -rf "$VENV"
-    command -v apt-get >/dev/null 2>&1 || return 1
-    local sudo="" pyver
-    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-    pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-    echo "==> installing Debian's python${pyver}-venv"
-    $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends "python${pyver}-venv" >/dev/null \
-        || $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-    "$PYTHON" -m venv "$VENV"
-}
-
-if [ ! -x "$VENV/bin/python" ]; then
-    echo "==> creating $VENV"
-    make_venv
-fi
+# shellcheck source=scripts/venv_lib.sh
+. scripts/venv_lib.sh
+make_venv
 PY="$VENV/bin/python"
 
-# What the venv was set up for: this checkout, its declared dependencies, the pins, the interpreter.
-want=$(
-    {
-        pwd
-        sha256sum pyproject.toml
-        echo "${PINS[*]}"
-        "$PY" -c 'import sys; print(sys.version)'
-    } | sha256sum | cut -d' ' -f1
-)
-stamp="$VENV/.firsttoken-compat"
-if [ "${FIRSTTOKEN_COMPAT_REINSTALL:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    rm -f "$stamp"
+stamp=.firsttoken-compat
+if [ "${FIRSTTOKEN_COMPAT_REINSTALL:-0}" = 1 ] || ! venv_is_set_up "$stamp"; then
+    rm -f "$VENV/$stamp"
     echo "==> installing firsttoken[dev] into $VENV"
     "$PY" -m pip install --quiet --upgrade pip
     "$PY" -m pip install --quiet -e '.[dev]'
     echo "==> pinning ${PINS[*]}"
     "$PY" -m pip install --quiet "${PINS[@]}"
     "$PY" -m pip check
-    echo "$want" >"$stamp"
+    venv_set_up "$stamp"
 fi
 
 # Fail loudly if anything (a stale venv, a resolver surprise) left other versions in place.

@@ -30,29 +30,20 @@ PINS=(
 
 export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
-if [ ! -x "$VENV/bin/python" ]; then
-    echo "==> creating $VENV"
-    "$PYTHON" -m venv "$VENV"
-fi
+# shellcheck source=scripts/venv_lib.sh
+. scripts/venv_lib.sh
+make_venv
 PY="$VENV/bin/python"
 
-want=$(
-    {
-        pwd
-        sha256sum pyproject.toml
-        echo "${PINS[*]}"
-        "$PY" -c 'import sys; print(sys.version)'
-    } | sha256sum | cut -d' ' -f1
-)
-stamp="$VENV/.firsttoken-frameworks"
-if [ "${FIRSTTOKEN_FRAMEWORKS_REINSTALL:-0}" = 1 ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    rm -f "$stamp"
+stamp=.firsttoken-frameworks
+if [ "${FIRSTTOKEN_FRAMEWORKS_REINSTALL:-0}" = 1 ] || ! venv_is_set_up "$stamp"; then
+    rm -f "$VENV/$stamp"
     echo "==> installing firsttoken[openai,anthropic] and ${PINS[*]} into $VENV"
     started=$(date +%s)
     "$PY" -m pip install --quiet -e '.[openai,anthropic]' "${PINS[@]}"
     "$PY" -m pip check
     echo "==> installed in $(($(date +%s) - started)) s"
-    echo "$want" >"$stamp"
+    venv_set_up "$stamp"
 fi
 
 echo "==> pytest (frameworks)"
