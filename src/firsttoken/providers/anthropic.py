@@ -172,6 +172,8 @@ def observe_event(tl: Timeline, event: Any, now: int) -> None:
         if reason is not None:
             tl.finish_reasons[0] = reason
         read_usage(tl, event.usage)
+    elif kind == "message_stop":
+        tl.terminal_seen = True  # the end of the stream: closed after it, the call completed
 
 
 def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
