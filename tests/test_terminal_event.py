@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 import anthropic
 import httpx
 import openai
 import pytest
+from packaging.version import Version
 
 from firsttoken import semconv as sc
 from firsttoken.sim import LatencyModel, Simulator
@@ -229,13 +231,23 @@ def test_google_genai(telemetry: Telemetry, tsim: Simulator, terminal: bool) -> 
         _read_until(chunks, lambda c: any(cand.finish_reason for cand in c.candidates or ()))
     else:
         next(iter(chunks))
-    chunks.close()  # a generator: closing it closes the SDK's response
+    chunks.close()  # a generator: closing it closes the SDK's response (3.6; 1.20 leaves it to the collector)
     del chunks
     telemetry.settle_abandoned()
-    assert _end(telemetry)[sc.FT_END_REASON] == (sc.END_COMPLETED if terminal else sc.END_CLOSED)
-    client.close()
+    end = _end(telemetry)[sc.FT_END_REASON]
+    if terminal:
+        assert end == sc.END_COMPLETED
+    elif Version(genai.__version__) >= Version("3.6"):
+        assert end == sc.END_CLOSED
+    else:
+        assert end in (sc.END_CLOSED, sc.END_ABANDONED)
 
 
+# cohere 5.9-5.15's chat_stream generator raises "generator ignored GeneratorExit" on close() and again
+# when it is collected (with firsttoken or without): only that is let pass (as in test_more_sdks.py).
+@pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <generator object V2Client.chat_stream:pytest.PytestUnraisableExceptionWarning"
+)
 @pytest.mark.parametrize("terminal", [True, False], ids=["terminal-read", "stopped-before"])
 def test_cohere(telemetry: Telemetry, tsim: Simulator, terminal: bool) -> None:
     co = cohere.ClientV2(api_key="test-key", base_url=tsim.url)
@@ -244,10 +256,21 @@ def test_cohere(telemetry: Telemetry, tsim: Simulator, terminal: bool) -> None:
         _read_until(stream, lambda event: event.type == "message-end")
     else:
         _read_until(stream, lambda event: event.type == "content-delta")
-    stream.close()  # type: ignore[attr-defined]
+    try:
+        stream.close()  # type: ignore[attr-defined]
+    except RuntimeError as e:
+        assert "ignored GeneratorExit" in str(e) and Version(metadata.version("cohere")) < Version("5.16")
     del stream
     telemetry.settle_abandoned()
-    assert _end(telemetry)[sc.FT_END_REASON] == (sc.END_COMPLETED if terminal else sc.END_CLOSED)
+    end = _end(telemetry)[sc.FT_END_REASON]
+    if terminal:
+        assert end == sc.END_COMPLETED
+    else:
+        assert end in (
+            (sc.END_CLOSED,)
+            if Version(metadata.version("cohere")) >= Version("5.16")
+            else (sc.END_CLOSED, sc.END_ABANDONED)
+        )
 
 
 @pytest.mark.parametrize("terminal", [True, False], ids=["terminal-read", "stopped-before"])
