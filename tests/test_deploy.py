@@ -139,6 +139,27 @@ if __name__ == "__main__":
             print(sum(executor.map(work, range(calls))))
 """
 
+FORK_AFTER_CALLS_APP = """
+import sys
+import firsttoken
+firsttoken.instrument()
+from llmcall import call
+
+
+def work(i):
+    return len(call())
+
+
+if __name__ == "__main__":
+    import multiprocessing
+
+    before, calls = int(sys.argv[1]), int(sys.argv[2])
+    for _ in range(before):  # the parent's own calls (a warm-up, a first batch) before it forks its workers
+        call()
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        print(sum(pool.map(work, range(calls), chunksize=1)))
+"""
+
 CELERY_APP = """
 import os
 import firsttoken
@@ -398,6 +419,28 @@ def test_worker_pools(sim: Simulator, tmp_path: Path, kind: str, method: str) ->
     bare = run(_env(sim, None, tmp_path))
     with OtlpSink() as sink:
         _check(sink, CALLS, run(_env(sim, sink, tmp_path)), bare, f"{kind} ({method})")
+
+
+@pytest.mark.parametrize("calls", [CALLS, 1], ids=["busy-workers", "an-idle-worker"])
+def test_workers_forked_after_the_parent_recorded_calls(sim: Simulator, tmp_path: Path, calls: int) -> None:
+    """Each forked worker starts its metrics from zero: the parent's calls are counted once, by the parent.
+
+    The SDK keeps the parent's cumulative sums in a forked child, so before, every worker exported the
+    parent's 3 calls again as its own (16 + 3 calls were counted 25 times), and a worker that made no
+    call republished a frozen copy of them."""
+    before = 3
+    _write(tmp_path, forkapp=FORK_AFTER_CALLS_APP)
+    command = [sys.executable, "forkapp.py", str(before), str(calls)]
+
+    def run(env: dict[str, str]) -> Outcome:
+        started = time.monotonic()
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return Outcome(done.returncode, time.monotonic() - started, done.stderr)
+
+    bare = run(_env(sim, None, tmp_path))
+    with OtlpSink() as sink:
+        _check(sink, before + calls, run(_env(sim, sink, tmp_path)), bare, f"{before} calls, then a pool's {calls}")
 
 
 @pytest.fixture(scope="module")

@@ -277,6 +277,39 @@ def test_a_collector_restart_loses_no_span(sim: Simulator, tmp_path: Path) -> No
             process.kill()
 
 
+def test_a_forked_child_does_not_send_the_spans_its_parent_held(sim: Simulator, tmp_path: Path) -> None:
+    """The parent's span batch, held while the collector was down, is sent once: by the parent, not again by
+    every child it forks (each would have sent it as soon as the collector answered)."""
+    port = free_port()
+    body = """
+    call()
+    print("HELD", firsttoken.flush(timeout=2), flush=True)  # refused: the batch is held for another try
+    sys.stdin.readline()  # the collector is up now
+    pid = os.fork()
+    if pid == 0:
+        call()
+        os._exit(0 if firsttoken.flush(timeout=10) else 3)
+    _, status = os.waitpid(pid, 0)
+    print("CHILD", os.waitstatus_to_exitcode(status), flush=True)
+    """
+    env = _env(sim, f"http://127.0.0.1:{port}", OTEL_EXPORTER_OTLP_TIMEOUT="1")
+    process = _start(tmp_path, body, env)
+    try:
+        assert _wait_line(process, "HELD").split() == ["HELD", "False"]
+        with OtlpSink(port) as sink:
+            assert process.stdin is not None
+            process.stdin.write("go\n")
+            process.stdin.flush()
+            assert _wait_line(process, "CHILD").split() == ["CHILD", "0"]
+            code, err = _finish(process)
+            assert code == 0, err
+            assert len(set(sink.call_span_ids)) == 2, "the parent's call and the child's"
+            assert sink.call_spans == 2, f"{sink.call_spans} call spans arrived for 2 calls"
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
 def test_flush_goes_through_the_apps_own_providers(sim: Simulator, telemetry: Telemetry) -> None:
     """Providers the app passed: firsttoken flushes them and leaves their lifecycle and signals alone."""
     import openai

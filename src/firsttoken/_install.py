@@ -156,6 +156,13 @@ def _aiohttp(installation: Installation, module: ModuleType) -> bool:
     return adapter.patch(installation.patches, module)
 
 
+def _retry_loop(installation: Installation, module: ModuleType) -> bool:
+    # An SDK read on the wire that retries by itself: its attempts are one call (providers/retries.py).
+    from .providers import retries
+
+    return retries.patch(installation.patches, module.__name__)
+
+
 def _anyio(installation: Installation, module: ModuleType) -> bool:
     from . import transport
 
@@ -184,6 +191,15 @@ _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("httpx", _httpx),
     ("anyio", _anyio),
     ("aiohttp", _aiohttp),
+    # The retry loops of SDKs read on the wire (providers/retries.LOOPS).
+    ("google.genai._api_client", _retry_loop),
+    ("mistralai.client.basesdk", _retry_loop),
+    ("mistralai.azure.client.basesdk", _retry_loop),
+    ("mistralai.gcp.client.basesdk", _retry_loop),
+    ("mistralai.basesdk", _retry_loop),
+    ("mistralai_azure.basesdk", _retry_loop),
+    ("mistralai_gcp.basesdk", _retry_loop),
+    ("cohere.core.http_client", _retry_loop),
     # Other GenAI instrumentations of the same calls, said once each (_coexist, docs/coexistence.md).
     ("opentelemetry.instrumentation.openai_v2", _another_instrumentor),
     ("opentelemetry.instrumentation.openai", _another_instrumentor),
@@ -303,7 +319,15 @@ def flush(timeout: float | None = None) -> bool:
         elif current is not None:
             tracer_provider = tracer_provider or trace.get_tracer_provider()
             meter_provider = meter_provider or metrics.get_meter_provider()
-        return _exit.flush(_timeout(timeout), tracer_provider, meter_provider)
+        # The SDK says a flush succeeded once its exporters returned, delivered or not; firsttoken's own
+        # exporters know whether the collector took it.
+        ours = own is not None and tracer_provider is own.tracer_provider
+        before = own.undelivered() if own is not None and ours else None
+        done = _exit.flush(_timeout(timeout), tracer_provider, meter_provider)
+        if own is not None and before is not None:
+            after = own.undelivered()
+            done = done and after[:2] == before[:2] and after[2] == 0
+        return done
     except Exception:
         internal_error("flush failed")
         return False

@@ -25,6 +25,7 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -32,6 +33,7 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
+from ._internal import internal_error
 from .config import ENV_SHUTDOWN_TIMEOUT, ConfigError, or_default
 
 log = logging.getLogger("firsttoken")
@@ -218,6 +220,12 @@ class Held:
         if expired:
             self._drop(expired)
         return kept
+
+    def forget(self) -> None:
+        """In a forked child: what the parent held is the parent's to send (sent twice otherwise)."""
+        self._lock = threading.Lock()
+        self._batches = deque()
+        self.spans = 0
 
     def give_up(self) -> None:
         """At shutdown: what is still held is lost."""
@@ -456,6 +464,7 @@ class Export:
         shutdown_timeout_s: float,
         quiet: UnreachableFilter | None = None,
         metric_readers: Sequence[Any] = (),
+        held: Sequence[Held] = (),
     ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
@@ -466,8 +475,17 @@ class Export:
         self.quiet = quiet
         self.metric_readers = list(metric_readers)
         """The periodic readers firsttoken made (not the ones passed in)."""
+        self.held = list(held)
+        """The span batches the OTLP exporters hold for another try."""
         self._lock = threading.Lock()
         self._closed: bool | None = None
+
+    def undelivered(self) -> tuple[int, int, int]:
+        """Spans and metric exports failed so far, and spans held for another try: a flush that leaves
+        these as they were delivered everything it handed over."""
+        with self.tally._lock:
+            failed = (self.tally.failed["spans"], self.tally.failed["metrics"])
+        return (*failed, sum(buffer.spans for buffer in self.held))
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Force-flush both providers (spans, and a final metric collection and export), concurrently,
@@ -602,6 +620,7 @@ def providers(
         resource = resource.merge(Resource({_SERVICE_INSTANCE_ID: _instance_id()}))
 
     tracer_provider = SdkTracerProvider(resource=resource, shutdown_on_exit=False)
+    span_exporters: list[Any] = []
     for processor in span_processors:
         tracer_provider.add_span_processor(processor)
     for name in trace_names:
@@ -616,6 +635,7 @@ def providers(
             else ConsoleSpanExporter()
         )
         tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+        span_exporters.append(span_exporter)
 
     readers: list[MetricReader] = []
     metrics_timeout = or_default(p, partial(_timeout, ENV_METRICS_TIMEOUT, env), EXPORT_TIMEOUT_S)
@@ -646,6 +666,7 @@ def providers(
         quiet = UnreachableFilter(endpoint)
         quiet.install()
         tally.on_success(quiet.rearm)
+    _start_afresh_in_children(meter_provider, span_exporters)
     export = Export(
         tracer_provider,
         meter_provider,
@@ -654,9 +675,49 @@ def providers(
         shutdown_timeout_s=shutdown_ms / 1000,
         quiet=quiet,
         metric_readers=readers,
+        held=held_by(span_exporters),
     )
     atexit.register(export.close)
     return export
+
+
+def held_by(span_exporters: Sequence[Any]) -> list[Held]:
+    buffers = [getattr(exporter, "held", None) for exporter in span_exporters]
+    return [buffer for buffer in buffers if isinstance(buffer, Held)]
+
+
+def _start_afresh_in_children(meter_provider: Any, span_exporters: Sequence[Any]) -> None:
+    """A forked child (a pool worker, a pre-forking server's worker) starts its metrics from zero and holds
+    no span batches of the parent's.
+
+    The SDK restarts its export threads in a forked child and gives it its own ``service.instance.id``, but
+    keeps the parent's cumulative sums (open-telemetry/opentelemetry-python#2767, #4767): every worker
+    forked after the parent recorded calls exported them again as its own, so dashboards added the parent's
+    calls once per worker, and a worker that recorded nothing republished a frozen copy. The SDK has no
+    public way to reset a provider, so the child drops the per-reader storage (made again, empty, at the
+    next measurement), as a provider built in the child would start. Our own providers only: an app's
+    providers are the app's (docs/deploy.md)."""
+    provider = weakref.ref(meter_provider)
+    held = [weakref.ref(buffer) for buffer in held_by(span_exporters)]
+
+    def in_child() -> None:
+        try:
+            for ref in held:
+                buffer = ref()
+                if buffer is not None:
+                    buffer.forget()
+            current = provider()
+            if current is None:
+                return
+            consumer = current._measurement_consumer
+            consumer._lock = threading.Lock()  # another thread of the parent may have held it at the fork
+            for storage in consumer._reader_storages.values():
+                storage._lock = threading.RLock()
+                storage._instrument_view_instrument_matches = {}
+        except Exception:
+            internal_error("starting metrics afresh in a forked child failed")
+
+    os.register_at_fork(after_in_child=in_child)
 
 
 _own: Export | None = None

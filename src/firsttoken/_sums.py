@@ -10,7 +10,9 @@ attributes.
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -20,16 +22,18 @@ Key = tuple[tuple[str, AttributeValue], ...]
 """A series: its attributes as ``tuple(attributes.items())`` (cheaper to build than a frozenset)."""
 
 _LOCK = threading.Lock()
+_counters: weakref.WeakSet[SummedCounter] = weakref.WeakSet()
 
 
 class SummedCounter:
     """A monotonic counter summed in-process, reported through an observable counter; added to
     with :func:`add_all`."""
 
-    __slots__ = ("_sums",)
+    __slots__ = ("__weakref__", "_sums")
 
     def __init__(self, meter: Meter, name: str, *, unit: str, description: str) -> None:
         self._sums: dict[Key, float] = {}
+        _counters.add(self)
         meter.create_observable_counter(name, callbacks=[self._observe], unit=unit, description=description)
 
     def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
@@ -50,3 +54,16 @@ def add_all(entries: Iterable[tuple[SummedCounter, float, Key]]) -> None:
             if amount >= 0:
                 sums = counter._sums
                 sums[key] = sums.get(key, 0) + amount
+
+
+def _start_afresh() -> None:
+    """A forked child (a pool worker, a pre-forking server's worker) counts from zero: the parent's calls
+    are the parent's to report; a child that kept them would report them again as its own, once per
+    worker. The lock is made anew too: another thread of the parent may have held it at the fork."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    for counter in list(_counters):
+        counter._sums = {}
+
+
+os.register_at_fork(after_in_child=_start_afresh)

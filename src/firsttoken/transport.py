@@ -24,7 +24,7 @@ from ._patch import Patches
 from .context import CURRENT_CALL
 from .headers import read_headers
 from .streams import end_on_exception, error_type_for_status, watch
-from .timeline import Timeline
+from .timeline import Timeline, is_cancellation
 
 log = logging.getLogger("firsttoken")
 
@@ -305,6 +305,83 @@ def httpx_request(request: Any, client: Any = None) -> WireRequest:
     return WireRequest(request.method, url.scheme, url.host or None, url.port, url.path, headers, content, None, client)
 
 
+# -- an SDK's retry loop: its attempts are one call ------------------------------------------------
+
+
+class RetryLoop:
+    """An SDK's own retry loop around one call (google-genai's, mistralai's, cohere's), which sends
+    each attempt as a request of its own: the LLM requests sent inside it are the attempts of one
+    call, as an openai SDK call and its retries are. A failed attempt (an error status, a dropped
+    connection) ends the call only when the loop gives up (:meth:`end`). Opened by the provider
+    layer around the SDK's loop; the client adapters find it in :data:`RETRY_LOOP`."""
+
+    __slots__ = ("failure", "family", "path", "status", "tl")
+
+    def __init__(self) -> None:
+        self.tl: Timeline | None = None
+        self.family = ""
+        self.path = ""
+        self.status: int | None = None
+        """The error status of the last attempt, while the loop decides."""
+        self.failure: BaseException | None = None
+        """What the last attempt raised, while the loop decides."""
+
+    def attempt(self, calls: DirectCalls, request: WireRequest) -> tuple[Timeline, str] | None:
+        """The call ``request`` is an attempt of: the loop's call, or a new one (the first attempt)."""
+        tl = self.tl
+        if tl is not None and not tl.ended and request.path == self.path:
+            self.status = self.failure = None
+            return tl, self.family
+        started = calls.start(request)
+        if started is not None:
+            self.tl, self.family = started
+            self.path = request.path
+            self.status = self.failure = None
+        return started
+
+    def holds(self, tl: Timeline) -> bool:
+        return self.tl is tl
+
+    def end(self, exc: BaseException | None) -> None:
+        """The SDK's loop is over (``exc``: what it raised): a call it gave up on ends now."""
+        tl = self.tl
+        if tl is None or tl.ended:
+            return
+        if exc is not None and is_cancellation(exc):
+            end_on_exception(tl, exc)
+        elif self.status is not None:
+            tl.finish(sc.END_ERROR, time.perf_counter_ns(), error_type_for_status(self.status))
+        elif self.failure is not None:
+            end_on_exception(tl, self.failure)
+        # else the last attempt was answered: the response's own end ends the call
+
+
+RETRY_LOOP: ContextVar[RetryLoop | None] = ContextVar("firsttoken_retry_loop", default=None)
+"""The SDK retry loop the current code runs in, if any (:class:`RetryLoop`)."""
+
+
+def start_attempt(calls: DirectCalls, request: WireRequest) -> tuple[Timeline, str] | None:
+    """The call of an LLM request read on the wire: a new one, or the one of the retry loop it is sent in."""
+    loop = RETRY_LOOP.get()
+    return calls.start(request) if loop is None else loop.attempt(calls, request)
+
+
+def attempt_failed(tl: Timeline, exc: BaseException | None = None, status: int | None = None) -> bool:
+    """An attempt failed (raised ``exc``, or answered an error ``status``). True: the SDK's retry loop
+    decides whether the call goes on (the call stays open until then); False: the call ends now."""
+    loop = RETRY_LOOP.get()
+    if loop is None or not loop.holds(tl):
+        return False
+    loop.failure, loop.status = exc, status
+    return True
+
+
+def unregister_response(response: Any) -> None:
+    """A failed attempt's response: no longer the call's (the next attempt's will be)."""
+    if call_for_response(response) is not None:
+        del _calls_by_response[response]
+
+
 class SseFeed(Protocol):
     """Reads a streamed body's SSE events from the raw bytes passing through the transport."""
 
@@ -391,7 +468,7 @@ def _start_direct(calls: DirectCalls | None, client: Any, request: Any) -> tuple
     if calls is None or request is None:
         return None
     try:
-        return calls.start(httpx_request(request, client))
+        return start_attempt(calls, httpx_request(request, client))
     except Exception:
         internal_error("could not start a direct httpx call")
         return None
@@ -400,6 +477,9 @@ def _start_direct(calls: DirectCalls | None, client: Any, request: Any) -> tuple
 def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: Any) -> None:
     """After a plain-httpx LLM request was sent: end it now, or when its body has been read."""
     status = response.status_code
+    if status >= 400 and attempt_failed(tl, None, status):  # the SDK's retry loop decides
+        unregister_response(response)
+        return
     if status >= 400 and not response.is_closed:  # an error status ends the call now, streamed or not
         tl.finish(sc.END_ERROR, time.perf_counter_ns(), error_type_for_status(status))
         return
@@ -441,7 +521,8 @@ def _send_direct(wrapped: Any, client: Any, args: tuple[Any, ...], kwargs: dict[
         _before_send(tl, _request_of(args, kwargs), False)
         response = wrapped(*args, **kwargs)
     except BaseException as exc:
-        end_on_exception(tl, exc)
+        if not attempt_failed(tl, exc):
+            end_on_exception(tl, exc)
         raise
     finally:
         otel_context.detach(ctx_token)
@@ -466,7 +547,8 @@ async def _send_direct_async(wrapped: Any, client: Any, args: tuple[Any, ...], k
         _before_send(tl, _request_of(args, kwargs), True)
         response = await wrapped(*args, **kwargs)
     except BaseException as exc:
-        end_on_exception(tl, exc)
+        if not attempt_failed(tl, exc):
+            end_on_exception(tl, exc)
         raise
     finally:
         otel_context.detach(ctx_token)

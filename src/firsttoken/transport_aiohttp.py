@@ -47,8 +47,10 @@ from .transport import (
     DirectCalls,
     SseFeed,
     WireRequest,
+    attempt_failed,
     call_for_response,
     register_response,
+    start_attempt,
     tls_facts,
 )
 
@@ -179,7 +181,7 @@ class AiohttpAdapter:
     def _start(self, session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Timeline, str] | None:
         try:
             request = _wire_request(session, args, kwargs)
-            return None if request is None else self.calls.start(request)
+            return None if request is None else start_attempt(self.calls, request)
         except Exception:
             internal_error("could not start an aiohttp call")
             return None
@@ -195,10 +197,13 @@ class AiohttpAdapter:
         ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
         try:
             tl.attempts += 1
-            tl.cut(time.perf_counter_ns(), sc.PHASE_PREPARE)
+            if tl.attempts > 1:  # an attempt of an SDK's retry loop: this attempt's headers and connection
+                tl.headers_ns = tl.connect_ns = None
+            tl.cut(time.perf_counter_ns(), sc.PHASE_PREPARE if tl.attempts == 1 else sc.PHASE_RETRY_WAIT)
             response = await wrapped(*args, **kwargs)
         except BaseException as exc:
-            end_on_exception(tl, exc)
+            if not attempt_failed(tl, exc):
+                end_on_exception(tl, exc)
             raise
         finally:
             otel_context.detach(ctx_token)
@@ -223,6 +228,8 @@ class AiohttpAdapter:
         transport = None if connection is None else connection.transport
         if transport is not None:
             tls_facts(tl, transport)
+        if response.status >= 400 and attempt_failed(tl, None, response.status):
+            return  # the SDK's retry loop decides
         register_response(response, tl)
         if response.status >= 400:  # an error status ends the call now, streamed or not
             tl.finish(sc.END_ERROR, now, error_type_for_status(response.status))
