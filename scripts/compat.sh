@@ -56,6 +56,8 @@ TESTS=(
     tests/test_openai_fidelity.py
     tests/test_wire.py
     tests/test_anthropic_tracing.py
+    tests/test_anthropic_own_tracing.py
+    tests/test_terminal_event.py
     tests/test_gemini.py
     tests/test_more_sdks.py
     tests/test_sdk_recordings.py

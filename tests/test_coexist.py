@@ -113,6 +113,7 @@ def test_openai_v2_is_noticed_once_whether_active_before_or_after(order: str) ->
     note = result["notes"][0]
     assert "opentelemetry-instrumentation-openai-v2" in note and "docs/coexistence.md" in note
     assert 'otel_scope_name="firsttoken"' in note and "\n" not in note
+    assert "one point per call from each instrumentation" in note and "twice" not in note
     # What docs/coexistence.md says: two points per call in the standard histogram, one per scope,
     # and a span from each.
     assert result["points"] == {"firsttoken": 2, "opentelemetry.instrumentation.openai_v2": 2}
@@ -133,6 +134,24 @@ def test_openllmetry_openai_is_noticed_once(order: str) -> None:
     assert "OpenLLMetry's openai instrumentation" in result["notes"][0]
     assert result["points"]["firsttoken"] == 1
     assert sum(result["points"].values()) == 2, result["points"]
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_three_instrumentations_of_the_same_calls_are_said_as_they_are(order: str) -> None:
+    # openai-v2 and OpenLLMetry beside firsttoken: three points per call in the standard histogram,
+    # and the last note names both others (a note saying "twice" would be false here).
+    need("opentelemetry.instrumentation.openai_v2")
+    need("opentelemetry.instrumentation.openai")
+    body = (V2 + LLMETRY + FT if order == "before" else FT + V2 + LLMETRY) + OPENAI_CALL + OPENAI_CALL
+    result = run(body)
+    notes = result["notes"]
+    assert len(notes) == 2, notes
+    assert all("\n" not in n and "twice" not in n and "docs/coexistence.md" in n for n in notes)
+    assert all("one point per call from each instrumentation, firsttoken included" in n for n in notes)
+    both = "opentelemetry-instrumentation-openai-v2 and OpenLLMetry's openai instrumentation also instrument "
+    assert both in notes[1], notes[1]
+    assert result["points"]["firsttoken"] == 2
+    assert sum(result["points"].values()) == 6, result["points"]  # 3 per call: one per instrumentation
 
 
 def test_openllmetry_anthropic_is_noticed() -> None:

@@ -5,7 +5,8 @@ span of their own for each call; logfire's ``instrument_openai()``/``instrument_
 suppress every other instrumentation during the call by default, firsttoken's spans included where
 they go to logfire's tracer provider. Each
 is noticed when its instrumentor has already run when firsttoken installs, or when it runs later
-(its ``_instrument``, or logfire's method, is wrapped), and said once per process. Nothing is
+(its ``_instrument``, or logfire's method, is wrapped), and said once per process, naming the
+others of the same SDK noticed before it (three or more sources are no rarer than two). Nothing is
 changed in what either records: the app decides (docs/coexistence.md says how).
 """
 
@@ -21,9 +22,10 @@ if TYPE_CHECKING:
 
 DOC = "docs/coexistence.md"
 
-_COUNTED_TWICE = (
-    "{name} also instruments these calls: each is counted twice in the gen_ai.client.* metrics"
-    ' (select otel_scope_name="firsttoken") and gets a span from each; see ' + DOC
+_ALSO_INSTRUMENTED = (
+    "{names} also {verb} the {sdk} SDK's calls: the standard gen_ai.client.* metrics get one point per"
+    ' call from each instrumentation, firsttoken included (select otel_scope_name="firsttoken" for'
+    " firsttoken's alone), and each makes its own span; see " + DOC
 )
 _SUPPRESSED = (
     "logfire.{method}() suppresses other instrumentation during each call: firsttoken's spans are not"
@@ -31,17 +33,41 @@ _SUPPRESSED = (
     " to keep them; see " + DOC
 )
 
-INSTRUMENTORS: dict[str, tuple[str, str]] = {
-    "opentelemetry.instrumentation.openai_v2": ("OpenAIInstrumentor", "opentelemetry-instrumentation-openai-v2"),
-    "opentelemetry.instrumentation.openai": ("OpenAIInstrumentor", "OpenLLMetry's openai instrumentation"),
-    "opentelemetry.instrumentation.anthropic": ("AnthropicInstrumentor", "OpenLLMetry's anthropic instrumentation"),
+INSTRUMENTORS: dict[str, tuple[str, str, str]] = {
+    "opentelemetry.instrumentation.openai_v2": (
+        "OpenAIInstrumentor",
+        "opentelemetry-instrumentation-openai-v2",
+        "openai",
+    ),
+    "opentelemetry.instrumentation.openai": ("OpenAIInstrumentor", "OpenLLMetry's openai instrumentation", "openai"),
+    "opentelemetry.instrumentation.anthropic": (
+        "AnthropicInstrumentor",
+        "OpenLLMetry's anthropic instrumentation",
+        "anthropic",
+    ),
 }
-"""Module -> (its instrumentor class, the name the note gives it)."""
+"""Module -> (its instrumentor class, the name the note gives it, the SDK it instruments)."""
 
 LOGFIRE_METHODS = ("instrument_openai", "instrument_anthropic")
 
 _said: set[str] = set()
 _lock = threading.Lock()
+_active: dict[str, list[str]] = {}
+"""SDK -> the names of the other instrumentations of its calls noticed so far, in the order noticed."""
+
+
+def also_instrumented(module_name: str) -> str:
+    """The note for one more instrumentation of an SDK's calls, naming every one noticed so far: true
+    however many instrument the same calls (each adds one point per call to the standard metrics)."""
+    _, name, sdk = INSTRUMENTORS[module_name]
+    with _lock:
+        names = _active.setdefault(sdk, [])
+        if name not in names:
+            names.append(name)
+        names = list(names)
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    verb = "instruments" if len(names) == 1 else "instrument"
+    return _ALSO_INSTRUMENTED.format(names=listed, verb=verb, sdk=sdk)
 
 
 def say_once(key: str, message: str) -> None:
@@ -58,20 +84,20 @@ def say_once(key: str, message: str) -> None:
 
 def watch_instrumentor(patches: Patches, module: ModuleType) -> None:
     """Say it now when the module's instrumentor is already active, else when it is activated."""
-    cls_name, name = INSTRUMENTORS[module.__name__]
+    cls_name = INSTRUMENTORS[module.__name__][0]
     cls = getattr(module, cls_name, None)
     if cls is None:
         return
-    message = _COUNTED_TWICE.format(name=name)
     # BaseInstrumentor is a singleton per class: the instance exists once the app made one.
     instance = cls.__dict__.get("_instance")
     if instance is not None and getattr(instance, "is_instrumented_by_opentelemetry", False):
-        say_once(module.__name__, message)
+        say_once(module.__name__, also_instrumented(module.__name__))
         return
 
     def instrument(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = wrapped(*args, **kwargs)
-        say_once(module.__name__, message)
+        if module.__name__ not in _said:
+            say_once(module.__name__, also_instrumented(module.__name__))
         return result
 
     patches.wrap(module.__name__, f"{cls_name}._instrument", instrument)

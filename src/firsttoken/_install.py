@@ -125,7 +125,9 @@ def _openai(installation: Installation, module: ModuleType) -> bool:
 def _anthropic(installation: Installation, module: ModuleType) -> bool:
     from .providers import anthropic as anthropic_hooks
 
-    return anthropic_hooks.patch(installation.patches, installation.recorder, installation.provider_of)
+    return anthropic_hooks.patch(
+        installation.patches, installation.recorder, installation.provider_of, installation.tracer_provider
+    )
 
 
 def _groq(installation: Installation, module: ModuleType) -> bool:

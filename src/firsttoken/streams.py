@@ -12,7 +12,10 @@ How a streamed call ends:
 * the app closes the stream, or leaves its ``with`` block, before the end: the response is closed
   while our generator is suspended, and the transport hook ends the call as ``closed``;
 * the app drops the stream: a finalizer ends it as ``abandoned`` at the last moment anything was
-  seen of the call, not at the moment of garbage collection.
+  seen of the call, not at the moment of garbage collection;
+* but once the stream's terminal event has been read (``Timeline.terminal_seen``, set by the
+  provider's reader: Anthropic's ``message_stop``, the chunk finishing every choice, ``[DONE]``,
+  ``response.completed``, ...), a close or a drop ends it ``completed``: the answer was whole.
 
 Finalizers run inside the garbage collector, where taking a lock the interrupted thread already
 holds (the SDK's span processor has some) would deadlock. So they only queue the call; a worker
@@ -208,7 +211,7 @@ def _finish_abandoned(item: Timeline | threading.Event) -> None:
         item.set()
         return
     try:
-        item.finish(sc.END_ABANDONED, item.last_observed_ns())
+        item.finish(sc.END_COMPLETED if item.terminal_seen else sc.END_ABANDONED, item.last_observed_ns())
     except Exception:
         internal_error("ending an abandoned call failed")
 

@@ -97,6 +97,7 @@ class Timeline:
         "status_code",
         "stream",
         "stream_gen",
+        "terminal_seen",
         "token_chunk_count",
         "traffic_class",
     )
@@ -185,6 +186,9 @@ class Timeline:
         """Set once the app holds the response: what to do when the transport sees it close."""
         self.stream_gen: Any = None
         """A weak reference to the generator observing the call's stream, once there is one."""
+        self.terminal_seen = False
+        """Whether the stream's terminal event has been read: closed or dropped after it, the call
+        completed (docs/semantics.md, "End reasons")."""
         self.ended = False
 
     # -- marks -----------------------------------------------------------------------------

@@ -494,7 +494,7 @@ def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: An
         response.stream = (async_cls if is_async else sync_cls)(response.stream, reader)
 
         def on_close(tl: Timeline, _response: Any, now: int) -> None:
-            tl.finish(sc.END_COMPLETED if reader.done else sc.END_CLOSED, now)
+            tl.finish(sc.END_COMPLETED if tl.terminal_seen else sc.END_CLOSED, now)
 
         tl.on_close = on_close
     else:

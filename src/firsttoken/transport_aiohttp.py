@@ -246,7 +246,7 @@ class AiohttpAdapter:
             def on_close(tl: Timeline, _response: Any, now: int) -> None:
                 _feeds.pop(id(stream), None)
                 tl.response_bytes = stream.total_bytes
-                tl.finish(sc.END_COMPLETED if feed.done else sc.END_CLOSED, now)
+                tl.finish(sc.END_COMPLETED if tl.terminal_seen else sc.END_CLOSED, now)
 
             tl.on_close = on_close
         else:

@@ -101,7 +101,7 @@ def _stream_closed(tl: Timeline, response: Any, now: int) -> None:
     gen = None if ref is None else ref()
     if gen is not None and is_running(gen):
         return  # the stream itself is closing its response at its end; it ends the call
-    tl.finish(sc.END_CLOSED, now)
+    tl.finish(sc.END_COMPLETED if tl.terminal_seen else sc.END_CLOSED, now)
 
 
 def own_stream(tl: Timeline, stream_obj: Any, gen: Any) -> None:

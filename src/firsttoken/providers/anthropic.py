@@ -28,12 +28,21 @@ every request even where the uninstrumented app sends none. So, for each call (:
   ``false``, or a client ``open_telemetry`` option that names a ``tracer_provider``), the SDK's span
   is kept, nested under firsttoken's, unless it would have had no valid trace context without
   firsttoken (then it would have started none).
+
+``ANTHROPIC_OPEN_TELEMETRY`` is read when the SDK reads it: when a client is made (its
+``_set_open_telemetry``), a copy of a client (``with_options``) having the original's, so a change
+after ``import anthropic`` and before the client is made counts for firsttoken as for the SDK. Where
+the app's global tracer provider was getting the SDK's spans, a one-line note says once per process
+that firsttoken's call span takes their place, or, where firsttoken records into another provider,
+that the app's provider gets no span for the call (docs/coexistence.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import weakref
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -44,6 +53,7 @@ from .. import _otlp
 from .. import semconv as sc
 from .._internal import internal_error
 from .._patch import Patches
+from ..config import warn
 from ..recorder import Recorder
 from ..streams import Observer
 from ..timeline import Timeline
@@ -172,6 +182,8 @@ def observe_event(tl: Timeline, event: Any, now: int) -> None:
         if reason is not None:
             tl.finish_reasons[0] = reason
         read_usage(tl, event.usage)
+    elif kind == "message_stop":
+        tl.terminal_seen = True  # the end of the stream: closed after it, the call completed
 
 
 def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
@@ -240,8 +252,83 @@ FORMAT = AnthropicFormat()
 
 ENV_SDK_TRACING = "ANTHROPIC_OPEN_TELEMETRY"
 _sdk_tracing_asked = False
-"""Whether ``ANTHROPIC_OPEN_TELEMETRY`` asks for the SDK's spans (read when patching, as the SDK
-reads it when a client is made)."""
+"""Whether ``ANTHROPIC_OPEN_TELEMETRY`` asked for the SDK's spans when firsttoken patched: for the
+clients made before (the SDK read it when they were made, which firsttoken did not see)."""
+_asked_by_client: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+"""Client -> whether ``ANTHROPIC_OPEN_TELEMETRY`` asked for the SDK's spans when the SDK read it for
+that client (when it was made; a copy has its original's)."""
+_copies: dict[int, tuple[Any, bool]] = {}
+"""id(option a copy is about to be given) -> (that option, whether its original was asked)."""
+_records_into: Any = None
+"""The tracer provider given to ``instrument()`` (or firsttoken's own), None for the global one."""
+
+
+def _env_asks() -> bool:
+    return os.environ.get(ENV_SDK_TRACING, "").strip().lower() not in ("", "false")
+
+
+def _asked(client: Any) -> bool:
+    """Whether the environment asked for the SDK's spans for this client, as the SDK read it."""
+    try:
+        return _asked_by_client.get(client, _sdk_tracing_asked)
+    except TypeError:  # a client class that cannot be a weak dictionary key
+        return _sdk_tracing_asked
+
+
+def _set_open_telemetry(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The SDK resolves a client's ``open_telemetry`` option, reading the environment for ``None``:
+    firsttoken reads ``ANTHROPIC_OPEN_TELEMETRY`` at the same moment."""
+    try:
+        option = args[0] if args else kwargs.get("open_telemetry")
+        if option is None:
+            asked = _env_asks()
+        else:  # given an option, the SDK reads no variable; a copy's is its original's
+            copied = _copies.pop(id(option), None)
+            asked = copied is not None and copied[0] is option and copied[1]
+        _asked_by_client[instance] = asked
+    except Exception:
+        internal_error("could not read ANTHROPIC_OPEN_TELEMETRY as the anthropic SDK does")
+    return wrapped(*args, **kwargs)
+
+
+def _copy_open_telemetry(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The option of a copy of ``instance``: the original's own when the copy is given none."""
+    option = wrapped(*args, **kwargs)
+    try:
+        given = args[0] if args else kwargs.get("open_telemetry")
+        if given is None and isinstance(option, dict):
+            if len(_copies) >= 64:  # copies the SDK never finished making: start over rather than grow
+                _copies.clear()
+            _copies[id(option)] = (option, _asked(instance))
+    except Exception:
+        internal_error("could not follow the anthropic SDK's tracing option to a copy of a client")
+    return option
+
+
+_NOTE_REPLACED = (
+    "anthropic's own spans (anthropic.messages.create and the like) are not made while firsttoken is on:"
+    " firsttoken's call span takes their place in the app's tracer provider (one span per call);"
+    " set ANTHROPIC_OPEN_TELEMETRY=true before the client is made to keep them too; see docs/coexistence.md"
+)
+_NOTE_ELSEWHERE = (
+    "anthropic's own spans (anthropic.messages.create and the like) are not made while firsttoken is on,"
+    " and firsttoken records into the tracer provider given to instrument(), not the app's global one:"
+    " the app's global provider gets no span for anthropic calls; set ANTHROPIC_OPEN_TELEMETRY=true before"
+    " the client is made to keep the SDK's there; see docs/coexistence.md"
+)
+_noted = False
+
+
+def _note_replaced() -> None:
+    """Say once per process that the SDK's spans the app's global provider was getting are not made."""
+    global _noted
+    if _noted:
+        return
+    _noted = True
+    ours = _records_into
+    note = _NOTE_REPLACED if ours is None or ours is trace.get_tracer_provider() else _NOTE_ELSEWHERE
+    with contextlib.suppress(Exception):  # a warnings filter set to "error" must not fail the app's call
+        warn(note)
 
 
 def _global_provider_records() -> bool:
@@ -270,12 +357,15 @@ def _sdk_tracing(tl: Timeline, client: Any, options: Any) -> Any:
         return options  # the SDK's tracing is off for this client: it neither spans nor propagates
     app_context_valid = bool(trace.get_current_span().get_span_context().is_valid)
     explicit_provider = resolved.get("tracer_provider") is not None
-    if _sdk_tracing_asked or explicit_provider:
-        if explicit_provider or _global_provider_records() or app_context_valid:
+    app_provider = _global_provider_records()
+    if explicit_provider or _asked(client):
+        if explicit_provider or app_provider or app_context_valid:
             return options  # the SDK's span, as asked; it propagates its own context
         return _copy_options(options, span_name=None)  # uninstrumented, it would have had no span
+    if app_provider:
+        _note_replaced()  # the app's provider had the SDK's span for this call without firsttoken
     update: dict[str, Any] = {"span_name": None}
-    if resolved.get("propagation", True) and (app_context_valid or _global_provider_records()):
+    if resolved.get("propagation", True) and (app_context_valid or app_provider):
         carrier: dict[str, str] = {}
         propagate.inject(carrier, trace.set_span_in_context(tl.span))
         if carrier:
@@ -339,13 +429,21 @@ _PUBLIC_METHODS = (
 )
 
 
-def patch(patches: Patches, recorder: Recorder, provider_of: common.ProviderResolver) -> bool:
-    """Install the anthropic hooks; False (with a warning) when the installed SDK is unsupported."""
+def patch(
+    patches: Patches, recorder: Recorder, provider_of: common.ProviderResolver, tracer_provider: Any = None
+) -> bool:
+    """Install the anthropic hooks; False (with a warning) when the installed SDK is unsupported.
+    ``tracer_provider``: the one firsttoken records into, None for the global one."""
     if not common.check_version("anthropic", SUPPORTED):
         return False
-    global _streaming, _sdk_tracing_asked
+    global _streaming, _sdk_tracing_asked, _records_into
     from anthropic import _streaming
 
-    _sdk_tracing_asked = os.environ.get(ENV_SDK_TRACING, "").strip().lower() not in ("", "false")
-
-    return AnthropicHooks(recorder, provider_of).install(patches, _PUBLIC_METHODS)
+    _sdk_tracing_asked = _env_asks()
+    _records_into = tracer_provider
+    if not AnthropicHooks(recorder, provider_of).install(patches, _PUBLIC_METHODS):
+        return False
+    # Where the SDK reads ANTHROPIC_OPEN_TELEMETRY (anthropic 2.x): best effort, as the SDK's tracing is.
+    patches.wrap("anthropic._base_client", "BaseClient._set_open_telemetry", _set_open_telemetry)
+    patches.wrap("anthropic._base_client", "BaseClient._copy_open_telemetry", _copy_open_telemetry)
+    return True

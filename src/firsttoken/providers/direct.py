@@ -110,7 +110,9 @@ class SseReader:
         self._error_next = False
         """An ``event: error`` line came: its data is an error, whatever it holds (Groq's)."""
         self.done = False
-        """Whether the stream's terminal event has been seen (or it failed)."""
+        """Whether the stream's last event has been seen (or it failed): nothing more to read. The
+        terminal event sets ``Timeline.terminal_seen`` too, as a Chat Completions chunk finishing
+        every choice does, where a usage chunk and ``[DONE]`` may follow."""
 
     def feed(self, chunk: bytes) -> None:
         if not chunk or self.done:
@@ -137,7 +139,7 @@ class SseReader:
             self._error()
             return
         if payload == b"[DONE]":
-            self.done = True
+            self.done = tl.terminal_seen = True
             return
         try:
             event = json.loads(payload)
@@ -156,7 +158,7 @@ class SseReader:
             return
         tl.chunk_count += 1
         if seen == EVENT_END:
-            self.done = True
+            self.done = tl.terminal_seen = True
 
     def _error(self) -> None:
         """An error event inside the stream: the call ends with an error now, as the SDKs raise."""

@@ -254,6 +254,14 @@ def _delta_has_output(delta: Any) -> bool:
     return bool(extra and (extra.get("reasoning_content") or extra.get("reasoning")))
 
 
+def _all_finished(tl: Timeline) -> bool:
+    """Whether every choice the request asked for (``n``) has its finish reason: the answer's end,
+    the terminal event of a Chat Completions or Completions stream (a usage chunk and ``[DONE]``
+    may follow, but a stream closed from here on completed)."""
+    asked = tl.request.get(sc.GEN_AI_REQUEST_CHOICE_COUNT)
+    return len(tl.finish_reasons) >= (asked if isinstance(asked, int) and asked > 1 else 1)
+
+
 def observe_chat_chunk(tl: Timeline, chunk: Any, now: int) -> None:
     choices = chunk.choices
     # Almost every chunk: one choice with text and nothing else to read.
@@ -281,6 +289,8 @@ def observe_chat_chunk(tl: Timeline, chunk: Any, now: int) -> None:
                 final = True
         if produced:
             tl.output_token(now)
+        if final and _all_finished(tl):
+            tl.terminal_seen = True
     usage = chunk.usage
     if usage is not None:
         read_usage(tl, usage)
@@ -303,6 +313,7 @@ def observe_completion_chunk(tl: Timeline, chunk: Any, now: int) -> None:
                 produced = True
             if choice.finish_reason is not None:
                 tl.finish_reasons[choice.index] = choice.finish_reason
+                tl.terminal_seen = _all_finished(tl)
         if produced:
             tl.output_token(now)
     usage = chunk.usage
@@ -337,6 +348,7 @@ def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
         if tl.capture is not None and kind == "response.output_text.delta":
             common.append_output(tl, event.delta)
     elif kind in _RESPONSE_TERMINAL_EVENTS:
+        tl.terminal_seen = True
         response = event.response
         read_identity(tl, response)
         read_usage(tl, response.usage)
@@ -411,6 +423,8 @@ def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
             final = True
     if produced:
         tl.output_token(now)
+    if final and choices and _all_finished(tl):
+        tl.terminal_seen = True  # the answer's end; the reader goes on for usage and [DONE]
     if event.get("usage"):
         read_usage(tl, event["usage"])
     if tl.response_id is None:
