@@ -1,6 +1,6 @@
 """Every behaviour over every path: each wire format of the registry (``providers/direct.FORMATS``)
-through every client it can travel by -- its real SDK, plain httpx and aiohttp -- against the
-simulator over real sockets.
+through every client it can travel by -- its real SDK (sync, and async: google-genai's sends through
+aiohttp), plain httpx and aiohttp -- against the simulator over real sockets.
 
 The behaviours: TTFT is the first content token (not the headers, not a role-only or start event);
 the input, output and cached tokens are the simulator's; prompts and completions are recorded only
@@ -11,14 +11,16 @@ status and one ``error.type``. Retries are tested in tests/test_wire_retries.py.
 
 The routes are the wire formats as the registry reads them: OpenAI's family (Chat Completions,
 Completions, Responses; Mistral's and Groq's APIs speak it too, each with its own SDK), Anthropic
-Messages, Gemini and Cohere v2. A combination that does not apply is skipped with its reason.
+Messages, Gemini and Cohere v2. A combination that does not apply is skipped with its reason; a
+cell that fails on a known bug not fixed yet is a strict xfail with the bug (``Route.known_bugs``),
+so its fix turns it into a failure that asks to drop the mark.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +42,9 @@ genai_types = pytest.importorskip("google.genai.types", reason="google-genai is 
 cohere = pytest.importorskip("cohere", reason="cohere is in the dev extra")
 groq = pytest.importorskip("groq", reason="groq is in the dev extra")
 pytest.importorskip("mistralai", reason="mistralai is in the dev extra")
+
+# google-genai's async client subclasses aiohttp's ClientSession, which aiohttp warns about: theirs.
+pytestmark = pytest.mark.filterwarnings("ignore:Inheritance class AiohttpClientSession:DeprecationWarning")
 
 try:
     from mistralai import Mistral
@@ -82,6 +87,9 @@ class Route:
     sdk: Callable[[Simulator, str, str, str], tuple[Any, Any]]
     """The SDK's streamed call for (sim, model, system, user): (its client, an iterator of its events);
     the client is held while the stream is read (google-genai's closes its HTTP client when collected)."""
+    sdk_async: Callable[[Simulator, str, str, str], Awaitable[tuple[Callable[[], Awaitable[Any]], Any]]] | None = None
+    """The same through the SDK's async client (google-genai's sends through aiohttp): (what closes the
+    client, the stream)."""
     sim: str = "main"
     """Which simulator serves it: the provider is told by host and port, as for a real API's host."""
     first_event_has_content: bool = False
@@ -103,6 +111,10 @@ def _openai_client(sim: Simulator) -> Any:
     return openai.OpenAI(api_key="test-key", base_url=sim.openai_base_url, max_retries=0)
 
 
+def _openai_async_client(sim: Simulator) -> Any:
+    return openai.AsyncOpenAI(api_key="test-key", base_url=sim.openai_base_url, max_retries=0)
+
+
 def _chat_body(model: str, system: str, user: str) -> dict[str, Any]:
     return {
         "model": model,
@@ -117,6 +129,13 @@ def _chat_sdk(sim: Simulator, model: str, system: str, user: str) -> Any:
     del body["stream"]
     client = _openai_client(sim)
     return client, client.chat.completions.create(stream=True, **body)
+
+
+async def _chat_sdk_async(sim: Simulator, model: str, system: str, user: str) -> tuple[Any, Any]:
+    body = _chat_body(model, system, user)
+    del body["stream"]
+    client = _openai_async_client(sim)
+    return client.close, await client.chat.completions.create(stream=True, **body)
 
 
 def _completions_body(model: str, system: str, user: str) -> dict[str, Any]:
@@ -136,6 +155,13 @@ def _completions_sdk(sim: Simulator, model: str, system: str, user: str) -> Any:
     return client, client.completions.create(stream=True, **body)
 
 
+async def _completions_sdk_async(sim: Simulator, model: str, system: str, user: str) -> tuple[Any, Any]:
+    body = _completions_body(model, system, user)
+    del body["stream"]
+    client = _openai_async_client(sim)
+    return client.close, await client.completions.create(stream=True, **body)
+
+
 def _responses_body(model: str, system: str, user: str) -> dict[str, Any]:
     return {"model": model, "instructions": system, "input": user, "stream": True}
 
@@ -143,6 +169,11 @@ def _responses_body(model: str, system: str, user: str) -> dict[str, Any]:
 def _responses_sdk(sim: Simulator, model: str, system: str, user: str) -> Any:
     client = _openai_client(sim)
     return client, client.responses.create(model=model, instructions=system, input=user, stream=True)
+
+
+async def _responses_sdk_async(sim: Simulator, model: str, system: str, user: str) -> tuple[Any, Any]:
+    client = _openai_async_client(sim)
+    return client.close, await client.responses.create(model=model, instructions=system, input=user, stream=True)
 
 
 def _anthropic_body(model: str, system: str, user: str) -> dict[str, Any]:
@@ -162,6 +193,13 @@ def _anthropic_sdk(sim: Simulator, model: str, system: str, user: str) -> Any:
     return client, client.messages.create(stream=True, **body)
 
 
+async def _anthropic_sdk_async(sim: Simulator, model: str, system: str, user: str) -> tuple[Any, Any]:
+    body = _anthropic_body(model, system, user)
+    del body["stream"]
+    client = anthropic.AsyncAnthropic(api_key="test-key", base_url=sim.url, max_retries=0)
+    return client.close, await client.messages.create(stream=True, **body)
+
+
 def _gemini_body(model: str, system: str, user: str) -> dict[str, Any]:
     return {
         "systemInstruction": {"parts": [{"text": system}]},
@@ -173,6 +211,13 @@ def _gemini_sdk(sim: Simulator, model: str, system: str, user: str) -> Any:
     client = genai.Client(api_key="test-key", http_options=genai_types.HttpOptions(base_url=sim.url))
     config = genai_types.GenerateContentConfig(system_instruction=system)
     return client, client.models.generate_content_stream(model=model, contents=user, config=config)
+
+
+async def _gemini_sdk_async(sim: Simulator, model: str, system: str, user: str) -> tuple[Any, Any]:
+    client = genai.Client(api_key="test-key", http_options=genai_types.HttpOptions(base_url=sim.url))
+    config = genai_types.GenerateContentConfig(system_instruction=system)
+    stream = await client.aio.models.generate_content_stream(model=model, contents=user, config=config)
+    return client.aio.aclose, stream
 
 
 def _cohere_body(model: str, system: str, user: str) -> dict[str, Any]:
@@ -189,16 +234,36 @@ def _cohere_sdk(sim: Simulator, model: str, system: str, user: str) -> Any:
     return client, client.chat_stream(model=model, messages=messages)
 
 
+async def _cohere_sdk_async(sim: Simulator, model: str, system: str, user: str) -> tuple[Any, Any]:
+    http = httpx.AsyncClient()
+    client = cohere.AsyncClientV2(api_key="test-key", base_url=sim.url, httpx_client=http)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return http.aclose, client.chat_stream(model=model, messages=messages)
+
+
 def _mistral_sdk(sim: Simulator, model: str, system: str, user: str) -> Any:
     client = Mistral(api_key="test-key", server_url=sim.url)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     return client, client.chat.stream(model=model, messages=messages)
 
 
+async def _mistral_sdk_async(sim: Simulator, model: str, system: str, user: str) -> tuple[Any, Any]:
+    http = httpx.AsyncClient()
+    client = Mistral(api_key="test-key", server_url=sim.url, async_client=http)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return http.aclose, await client.chat.stream_async(model=model, messages=messages)
+
+
 def _groq_sdk(sim: Simulator, model: str, system: str, user: str) -> Any:
     client = groq.Groq(api_key="test-key", base_url=sim.url, max_retries=0)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     return client, client.chat.completions.create(model=model, messages=messages, stream=True)
+
+
+async def _groq_sdk_async(sim: Simulator, model: str, system: str, user: str) -> tuple[Any, Any]:
+    client = groq.AsyncGroq(api_key="test-key", base_url=sim.url, max_retries=0)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return client.close, await client.chat.completions.create(model=model, messages=messages, stream=True)
 
 
 def _mistral_body(model: str, system: str, user: str) -> dict[str, Any]:
@@ -219,7 +284,16 @@ NO_ERROR_EVENT = (
 )
 
 ROUTES = (
-    Route("openai-chat", "openai", "openai", "gpt-4o-mini", lambda m: "/v1/chat/completions", _chat_body, _chat_sdk),
+    Route(
+        "openai-chat",
+        "openai",
+        "openai",
+        "gpt-4o-mini",
+        lambda m: "/v1/chat/completions",
+        _chat_body,
+        _chat_sdk,
+        sdk_async=_chat_sdk_async,
+    ),
     Route(
         "openai-completions",
         "openai",
@@ -228,6 +302,7 @@ ROUTES = (
         lambda m: "/v1/completions",
         _completions_body,
         _completions_sdk,
+        sdk_async=_completions_sdk_async,
         first_event_has_content=True,  # the legacy API sends no role-only chunk
         no_prefix="a Completions prompt is one string: no instructions or tools to hash (docs/app.md)",
     ),
@@ -239,9 +314,12 @@ ROUTES = (
         lambda m: "/v1/responses",
         _responses_body,
         _responses_sdk,
+        sdk_async=_responses_sdk_async,
         known_bugs={
-            "error-event-sdk": "the openai SDK yields a Responses `error` event (ResponseErrorEvent) without "
-            "raising, and the SDK path ends the call `completed` with no error (the wire path: error, APIError)"
+            f"error-event-{client}": "the openai SDK yields a Responses `error` event (ResponseErrorEvent) "
+            "without raising, and the SDK path ends the call `completed` with no error (the wire path: error, "
+            "APIError)"
+            for client in ("sdk", "sdk-async")
         },
     ),
     Route(
@@ -252,6 +330,7 @@ ROUTES = (
         lambda m: "/v1/messages",
         _anthropic_body,
         _anthropic_sdk,
+        sdk_async=_anthropic_sdk_async,
     ),
     Route(
         "gemini",
@@ -261,6 +340,7 @@ ROUTES = (
         lambda m: f"/v1beta/models/{m}:streamGenerateContent?alt=sse",
         _gemini_body,
         _gemini_sdk,
+        sdk_async=_gemini_sdk_async,
         first_event_has_content=True,
         sdk_patched=False,
     ),
@@ -272,12 +352,13 @@ ROUTES = (
         lambda m: "/v2/chat",
         _cohere_body,
         _cohere_sdk,
+        sdk_async=_cohere_sdk_async,
         sdk_patched=False,
         no_error_event=NO_ERROR_EVENT,
         known_bugs={
             f"prefix-{client}": "providers/cohere.py hashes only `tools` as the prefix, not the leading "
             "system messages (OpenAI Chat's rule), so a new system prompt keeps the hash"
-            for client in ("sdk", "httpx", "aiohttp")
+            for client in ("sdk", "sdk-async", "httpx", "aiohttp")
         },
     ),
     Route(
@@ -288,6 +369,7 @@ ROUTES = (
         lambda m: "/v1/chat/completions",
         _mistral_body,
         _mistral_sdk,
+        sdk_async=_mistral_sdk_async,
         sim="mistral",
         sdk_patched=False,
     ),
@@ -299,11 +381,12 @@ ROUTES = (
         lambda m: "/openai/v1/chat/completions",
         _groq_body,
         _groq_sdk,
+        sdk_async=_groq_sdk_async,
         sim="groq",
         stream_cache_reads=False,  # x_groq.usage, as the simulator sends it, has token counts only
     ),
 )
-CLIENTS = ("sdk", "httpx", "aiohttp")
+CLIENTS = ("sdk", "sdk-async", "httpx", "aiohttp")
 
 
 def cells(behaviour: str) -> list[Any]:
@@ -394,6 +477,25 @@ def call(
                         break
             finally:
                 del stream, sdk_client
+        elif client == "sdk-async":
+            assert route.sdk_async is not None
+            make = route.sdk_async
+
+            async def run_sdk() -> None:
+                if fault is not None:
+                    sim.inject(Fault.parse(fault))
+                close_client, stream = await make(sim, model, system, USER)
+                try:
+                    async for _ in stream:
+                        sent.events += 1
+                        if stop_after is not None and sent.events >= stop_after:
+                            await (getattr(stream, "aclose", None) or stream.close)()
+                            break
+                finally:
+                    del stream
+                    await close_client()
+
+            asyncio.run(run_sdk())
         else:
             url = sim.url + route.path(model)
             body = route.body(model, system, USER)
@@ -561,7 +663,7 @@ def test_an_error_event_mid_way_is_an_error(sims: dict[str, Simulator], route: R
         sent = call(route, client, sims[route.sim], fault="error_event;after_chunks=3")
         a = _failed(t)
     # docs/semantics.md: an SDK firsttoken hooks names its own exception; read on the wire, APIError.
-    if client == "sdk" and route.sdk_patched:
+    if client.startswith("sdk") and route.sdk_patched:
         assert sent.raised is not None
         assert a[sc.ERROR_TYPE] == type(sent.raised).__qualname__
     else:
