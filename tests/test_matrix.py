@@ -29,7 +29,7 @@ import pytest
 
 import firsttoken
 from firsttoken import semconv as sc
-from firsttoken.providers import direct
+from firsttoken.providers import _levers, direct
 from firsttoken.sim import FAULT_HEADER, Fault, LatencyModel, Simulator
 
 from .conftest import Telemetry
@@ -421,6 +421,10 @@ def sims() -> Iterator[dict[str, Simulator]]:
 
 @contextlib.contextmanager
 def instrumented(sims: dict[str, Simulator], **options: Any) -> Iterator[Telemetry]:
+    # The lever signals are per process: its first 64 prefixes keep their hash, later ones are _OTHER.
+    # Each case starts as a fresh process would (the suite's other tests, and this matrix's 30-odd
+    # cache prompts, would use them up) and leaves none of its own behind.
+    _levers.reset()
     t = Telemetry()
     # Mistral's and Groq's APIs are told by their hosts; here by the simulators' host and port.
     hosts = {f"127.0.0.1:{sims['mistral'].port}": "mistral_ai", f"127.0.0.1:{sims['groq'].port}": "groq"}
@@ -431,6 +435,7 @@ def instrumented(sims: dict[str, Simulator], **options: Any) -> Iterator[Telemet
         yield t
     finally:
         firsttoken.uninstrument()
+        _levers.reset()
 
 
 # -- one streamed call, through one client ------------------------------------------------------------
@@ -538,10 +543,10 @@ def counter_total(t: Telemetry, name: str) -> float:
 def test_ttft_is_the_first_content_token(sims: dict[str, Simulator], route: Route, client: str) -> None:
     sim = sims[route.sim]
     with instrumented(sims) as t:
-        # Twice: an SDK's first call may build its event models (openai's Responses events: some 0.1 s)
-        # between the first event's bytes and handing it over; the second shows the stream's own timing.
-        for _ in range(2):
-            sent = call(route, client, sim, model=f"{route.model}-slow")
+        # A first call warms the path up: an SDK's first call may build its event models (openai's
+        # Responses events: some 0.1 s) between the first event's bytes and handing it over.
+        for model in (route.model, f"{route.model}-slow"):
+            sent = call(route, client, sim, model=model)
             assert sent.raised is None, sent.raised
     a = attrs(t.calls()[-1])
     assert a[sc.GEN_AI_PROVIDER_NAME] == route.provider
@@ -551,12 +556,14 @@ def test_ttft_is_the_first_content_token(sims: dict[str, Simulator], route: Rout
     ttfh = a[sc.FT_TIME_TO_RESPONSE_HEADERS]
     ttfc = a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK]
     ttft = a[sc.FT_TIME_TO_FIRST_TOKEN]
-    assert ttft >= ttfh + 0.8 * prefill, "TTFT is the first content token, not the response headers"
+    # Bounds of half the prefill: a busy machine may stamp the headers or the first chunk late, never
+    # the token early; counting the headers or a content-less event as the token would give about 0.
+    assert ttft >= ttfh + 0.5 * prefill, "TTFT is the first content token, not the response headers"
     assert ttfc <= ttft
     if route.first_event_has_content:
         assert ttft - ttfc < 0.5 * prefill, "the first chunk carried the first token"
     else:
-        assert ttft - ttfc >= 0.8 * prefill, "the role-only or start event is a chunk, not the first token"
+        assert ttft - ttfc >= 0.5 * prefill, "the role-only or start event is a chunk, not the first token"
 
 
 @pytest.mark.parametrize(("route", "client"), cells("tokens"))
