@@ -167,7 +167,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sim", "_internal", "_imports", "_version", "_sums", "semconv", "config"),
     ("timeline",),
     ("context",),
-    ("tail", "instruments", "recorder", "_patch", "_otlp"),
+    ("tail", "instruments", "actions", "recorder", "_patch", "_otlp"),  # spans and metrics: the app's, a call's
     ("streams",),
     ("headers", "transport", "transport_aiohttp"),  # the HTTP client adapters, the header table
     ("providers",),  # wire formats, the call lifecycle, the SDK hooks, the wire path

@@ -11,6 +11,8 @@ The traffic class (``interactive``, ``async``, ``batch`` or your own short label
 or with ``traffic_class()``, is carried to every call inside as a metric dimension, so SLOs and
 alerts can hold interactive traffic to a tighter target than batch.
 
+The scopes' spans and metrics are recorded by :mod:`firsttoken.actions`.
+
 Every scope here is a context manager (sync and async) and a decorator (functions, coroutine
 functions, generators and async generators; a decorated function opens a fresh scope per call).
 What a scope sets is undone in the context that set it; a scope left in another context (a
@@ -266,8 +268,8 @@ class action(_Scope):
             attributes = {**attributes, sc.GEN_AI_CONVERSATION_ID: self.conversation_id}
         recorder = active_recorder()
         if recorder is not None:
-            state.span = recorder.start_action(state, attributes)
-            state.recorder = recorder
+            state.recorder = recorder.actions
+            state.span = state.recorder.start_action(state, attributes)
             entry.attach(state.span)
 
     def _end(self, entry: _Entry, end_ns: int, exc: BaseException | None) -> None:
@@ -290,8 +292,8 @@ class phase(_Scope):
         entry.state = CURRENT_ACTION.get()
         recorder = active_recorder()
         if recorder is not None:
-            entry.span = recorder.start_app_phase(self.name, entry.state)
-            entry.recorder = recorder
+            entry.recorder = recorder.actions
+            entry.span = entry.recorder.start_app_phase(self.name, entry.state)
             entry.attach(entry.span)
 
     def _end(self, entry: _Entry, end_ns: int, exc: BaseException | None) -> None:

@@ -1,6 +1,7 @@
 """firsttoken's metric instruments, declared as a table: one row per metric (as OpenTelemetry's
-util-genai keeps its ``instruments.py``). :class:`~firsttoken.recorder.Recorder` makes one instrument
-per row; ``docs/metrics.md`` is tested against the table (``tests/test_metrics_table.py``).
+util-genai keeps its ``instruments.py``). :class:`~firsttoken.recorder.Recorder` and the
+:class:`~firsttoken.actions.AppRecorder` it makes each make one instrument per row they own;
+``docs/metrics.md`` is tested against the table (``tests/test_metrics_table.py``).
 
 Histograms are OpenTelemetry histograms with advisory bucket boundaries; counters are summed in the
 process and reported by an observable counter (:class:`firsttoken._sums.SummedCounter`).
@@ -18,10 +19,16 @@ from ._sums import SummedCounter
 HISTOGRAM = "histogram"
 COUNTER = "counter"
 
+CALL = "call"
+"""A metric of LLM calls, made and recorded by :class:`firsttoken.recorder.Recorder`."""
+APP = "app"
+"""A metric of the app's actions and phases, made and recorded by :class:`firsttoken.actions.AppRecorder`."""
+
 
 class Instrument(NamedTuple):
     """One metric: the recorder's attribute (``_`` + ``attr``), kind, name, unit, the histogram's
-    buckets, description, and the setting that turns it on when it is opt-in."""
+    buckets, description, the setting that turns it on when it is opt-in, and which recorder
+    records it (:data:`CALL` or :data:`APP`)."""
 
     attr: str
     kind: str
@@ -30,6 +37,7 @@ class Instrument(NamedTuple):
     buckets: tuple[float, ...] | None
     description: str
     opt_in: str | None = None
+    recorder: str = CALL
 
 
 S = sc.UNIT_SECONDS
@@ -42,7 +50,8 @@ DURATION_BUCKETS, TTFT_BUCKETS, TPOT_BUCKETS, TOKEN_BUCKETS = (
 )
 
 
-# One row per metric: attribute, kind, name, unit, buckets (histograms), description, opt-in setting.
+# One row per metric: attribute, kind, name, unit, buckets (histograms), description, opt-in setting,
+# and the recorder that records it when not a call's.
 # fmt: off
 INSTRUMENTS: tuple[Instrument, ...] = (
     Instrument("duration", HISTOGRAM, sc.M_OPERATION_DURATION, S, DURATION_BUCKETS,
@@ -94,11 +103,11 @@ INSTRUMENTS: tuple[Instrument, ...] = (
     Instrument("conversation_ttft", HISTOGRAM, sc.M_CONVERSATION_TTFT, S, TTFT_BUCKETS,
                "Time to first token by conversation turn: what context growth costs."),
     Instrument("action_duration", HISTOGRAM, sc.M_ACTION_DURATION, S, DURATION_BUCKETS,
-               "Application end-to-end: user action to result rendered."),
+               "Application end-to-end: user action to result rendered.", recorder=APP),
     Instrument("action_llm_busy", HISTOGRAM, sc.M_ACTION_LLM_BUSY_TIME, S, DURATION_BUCKETS,
-               "Per action, the time at least one LLM call was in flight."),
+               "Per action, the time at least one LLM call was in flight.", recorder=APP),
     Instrument("phase_duration", HISTOGRAM, sc.M_APP_PHASE_DURATION, S, DURATION_BUCKETS,
-               "Duration of an application-side phase of an action."),
+               "Duration of an application-side phase of an action.", recorder=APP),
 )
 # fmt: on
 
@@ -112,9 +121,10 @@ def make(meter: Meter, row: Instrument) -> Any:
     return SummedCounter(meter, row.name, unit=row.unit, description=row.description)
 
 
-def make_all(meter: Meter, settings: Any) -> dict[str, Any]:
-    """Every row's instrument by attribute, None for an opt-in one its setting leaves off."""
+def make_all(meter: Meter, settings: Any, recorder: str) -> dict[str, Any]:
+    """The instruments of ``recorder``'s rows by attribute, None for an opt-in one its setting leaves off."""
     return {
         row.attr: make(meter, row) if row.opt_in is None or getattr(settings, row.opt_in) else None
         for row in INSTRUMENTS
+        if row.recorder == recorder
     }

@@ -1,9 +1,10 @@
-"""Timeline -> OpenTelemetry: the call span's attributes, its phase spans, and every metric.
+"""Timeline -> OpenTelemetry: the call span's attributes, its phase spans, and every metric of a call.
 
-The Recorder is the only code that touches the OpenTelemetry span and metric APIs (the hooks only
-ask it to start a call span, so that HTTP work nests under it). It runs once per call, when the
-call ends, and records every metric in the call span's context so that the SDK attaches exemplars
-linking a histogram bucket to the trace that filled it.
+The Recorder is the only code that touches the OpenTelemetry span and metric APIs for calls (the
+hooks only ask it to start a call span, so that HTTP work nests under it; the app's actions and
+phases are recorded by :mod:`firsttoken.actions`, whose recorder it makes). It runs once per call,
+when the call ends, and records every metric in the call span's context so that the SDK attaches
+exemplars linking a histogram bucket to the trace that filled it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from . import instruments, tail
 from . import semconv as sc
 from ._internal import internal_error
 from ._sums import Key, SummedCounter, add_all
+from .actions import AppRecorder
 from .config import PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, Settings, warn
-from .timeline import STREAM_TEXT_KEY, Timeline, is_cancellation, turn_bucket
+from .timeline import STREAM_TEXT_KEY, Timeline, turn_bucket
 
 log = logging.getLogger("firsttoken")
 
@@ -138,7 +140,7 @@ class _Series:
 class Recorder:
     """Owns the tracer and the instruments; turns finished Timelines into telemetry."""
 
-    # The instruments, one per row of instruments.INSTRUMENTS (made in __init__).
+    # The instruments, one per row of instruments.INSTRUMENTS it owns (instruments.CALL), made in __init__.
     _duration: Histogram
     _ttfc: Histogram
     _ttft: Histogram
@@ -163,9 +165,6 @@ class Recorder:
     _prefix_cache_read: SummedCounter
     _conversation_input: Histogram
     _conversation_ttft: Histogram
-    _action_duration: Histogram
-    _action_llm_busy: Histogram
-    _phase_duration: Histogram
 
     def __init__(self, tracer: Tracer, meter: Meter, settings: Settings) -> None:
         self.tracer = tracer
@@ -175,8 +174,10 @@ class Recorder:
         self._phase_keys: dict[str, str] = {}
         self._series_cache: dict[tuple[Any, ...], _Series] = {}
         self._bound = _Bounds(settings.metric_value_limit)
-        for attr, instrument in instruments.make_all(meter, settings).items():
+        for attr, instrument in instruments.make_all(meter, settings, instruments.CALL).items():
             setattr(self, "_" + attr, instrument)
+        self.actions = AppRecorder(tracer, meter, settings, self._bound)
+        """The spans and metrics of the app's actions and phases (``firsttoken.action``/``phase``)."""
 
     # -- start -----------------------------------------------------------------------------
 
@@ -462,66 +463,3 @@ class Recorder:
             ttft = tl.time_to_first_token_s
             if ttft is not None:
                 self._conversation_ttft.record(ttft, turns, context=ctx)
-
-    # -- application actions and phases (firsttoken.action / firsttoken.phase) --------------
-
-    def start_action(self, state: Any, attributes: dict[str, Any]) -> Span:
-        attrs: dict[str, AttributeValue] = {sc.FT_ACTION_NAME: state.name}
-        if state.traffic_class:
-            attrs[sc.FT_TRAFFIC_CLASS] = state.traffic_class
-        for key, value in attributes.items():
-            if isinstance(value, (str, bool, int, float)):
-                attrs[key] = value
-        return self.tracer.start_span(state.name, kind=SpanKind.INTERNAL, attributes=attrs)
-
-    def finish_action(self, state: Any, end_ns: int, exc: BaseException | None) -> None:
-        span: Span = state.span
-        duration = (end_ns - state.start_ns) / 1e9
-        calls, total_ns, busy_ns = state.llm_summary(end_ns)
-        bound = self._bound
-        metric_attrs: dict[str, AttributeValue] = {sc.FT_ACTION_NAME: bound(sc.FT_ACTION_NAME, state.name)}
-        if state.traffic_class:
-            metric_attrs[sc.FT_TRAFFIC_CLASS] = bound(sc.FT_TRAFFIC_CLASS, state.traffic_class)
-        try:
-            attrs: dict[str, AttributeValue] = {
-                sc.FT_ACTION_LLM_CALLS: calls,
-                sc.FT_ACTION_LLM_TIME: total_ns / 1e9,
-                sc.FT_ACTION_LLM_BUSY_TIME: busy_ns / 1e9,
-            }
-            if duration > 0:
-                attrs[sc.FT_ACTION_LLM_SHARE] = min(1.0, busy_ns / 1e9 / duration)
-            if busy_ns > 0:
-                attrs[sc.FT_ACTION_LLM_PARALLELISM] = total_ns / busy_ns
-            # Leaving a generator early, cancellation and Ctrl-C are not errors (as for calls).
-            if exc is not None and not isinstance(exc, GeneratorExit) and not is_cancellation(exc):
-                error = type(exc).__qualname__
-                attrs[sc.ERROR_TYPE] = error
-                metric_attrs[sc.ERROR_TYPE] = error
-                span.set_status(Status(StatusCode.ERROR, error))
-            span.set_attributes(attrs)
-            ctx = trace.set_span_in_context(span)
-            self._action_duration.record(duration, metric_attrs, context=ctx)
-            self._action_llm_busy.record(busy_ns / 1e9, metric_attrs, context=ctx)
-        finally:
-            span.end()
-
-    def start_app_phase(self, name: str, state: Any) -> Span:
-        attrs: dict[str, AttributeValue] = {sc.FT_APP_PHASE: name}
-        if state is not None:
-            attrs[sc.FT_ACTION_NAME] = state.name
-        return self.tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attrs)
-
-    def finish_app_phase(self, span: Span, name: str, state: Any, duration: float, exc: BaseException | None) -> None:
-        bound = self._bound
-        attrs: dict[str, AttributeValue] = {sc.FT_APP_PHASE: bound(sc.FT_APP_PHASE, name)}
-        if state is not None:
-            attrs[sc.FT_ACTION_NAME] = bound(sc.FT_ACTION_NAME, state.name)
-            if state.traffic_class:
-                attrs[sc.FT_TRAFFIC_CLASS] = bound(sc.FT_TRAFFIC_CLASS, state.traffic_class)
-        try:
-            if exc is not None:
-                attrs[sc.ERROR_TYPE] = type(exc).__qualname__
-                span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
-            self._phase_duration.record(duration, attrs, context=trace.set_span_in_context(span))
-        finally:
-            span.end()
