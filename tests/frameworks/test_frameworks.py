@@ -300,3 +300,26 @@ def test_one_call_span_per_llm_call_with_the_apps_timing_tokens_and_output(name:
     if case.usage_asked:
         assert attrs.get(sc.GEN_AI_USAGE_INPUT_TOKENS) == request.input_tokens
         assert attrs.get(sc.GEN_AI_USAGE_OUTPUT_TOKENS) == request.output_tokens
+
+
+def test_litellms_first_call_has_no_full_collection_moved_into_it() -> None:
+    """#29 item 4: with `instrument()` done first, LiteLLM's first call in a process ran a full garbage
+    collection (190-380 ms) in 7 of 7 runs, without firsttoken in 0 of 7: firsttoken's long-lived objects
+    brought the app's next full collection forward. `instrument()` now collects them while that is cheap.
+    Each variant is a fresh interpreter (benchmarks/import_tree.py's child, which also times it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "import_tree.py"
+    spec = importlib.util.spec_from_file_location("import_tree", bench)
+    assert spec is not None and spec.loader is not None
+    import_tree = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(import_tree)
+    for instrument in (False, True):
+        try:
+            seen = import_tree.run("litellm", instrument, gc_off=False, first_call=True)
+        except subprocess.CalledProcessError as exc:
+            pytest.fail(f"the child failed: {exc.stderr[-2000:]}")
+        print(f"instrument() first: {instrument}; {seen['first_ms']:.0f} ms to the first chunk; {sys.version}")
+        assert seen["first_full_gcs"] == 0, (instrument, seen)
