@@ -352,9 +352,14 @@ def selectors(expr: str) -> list[tuple[str, frozenset[tuple[str, str, str]]]]:
 
 def shipped_exprs() -> list[tuple[str, str]]:
     """(where, PromQL) of every query the project ships: dashboard targets (variables substituted),
-    the selectors of the dashboards' query variables, every rule of prometheus/rules/ and of the
-    threshold rules kept for comparison, and the queries alert annotations make."""
+    the selectors of the dashboards' query variables, Grafana's trace-to-metrics queries (with and
+    without span tags), every rule of prometheus/rules/ and of the threshold rules kept for
+    comparison, and the queries alert annotations make."""
     out = [(where, substitute(expr)) for where, expr in dashboard_queries()]
+    tempo = next(d for d in load_yaml(DATASOURCES)["datasources"] if d["type"] == "tempo")
+    for query in tempo["jsonData"]["tracesToMetrics"]["queries"]:
+        for tags in ('gen_ai_request_model="m", gen_ai_provider_name="p"', ""):
+            out.append((f"datasources.yaml / {query['name']}", query["query"].replace("$${__tags}", tags)))
     for where, definition in variable_queries():
         selector = definition.removeprefix("label_values(").removesuffix(")").rsplit(", ", 1)[0]
         out.append((where, substitute(selector)))

@@ -43,7 +43,17 @@ from typing import Any
 
 import pytest
 import yaml
-from stack_tools import ROOT, RULE_FILES, Prometheus, dashboard_queries, dashboards, panels, rule_exprs, substitute
+from stack_tools import (
+    ROOT,
+    RULE_FILES,
+    Prometheus,
+    dashboard_queries,
+    dashboards,
+    panels,
+    rule_exprs,
+    shipped_exprs,
+    substitute,
+)
 from test_stack_real import Process, binary, prometheus_config
 from tests.servers import free_port, wait_ready
 
@@ -363,9 +373,10 @@ def unscoped(expr: str) -> str:
 
 
 def shipped_queries() -> list[tuple[str, str]]:
-    """Every dashboard query (variables substituted: All picked), every rule's expression and every
-    recorded series."""
+    """Every dashboard query (variables substituted: All picked), Grafana's trace-to-metrics queries,
+    every rule's expression and every recorded series."""
     queries = [(where, substitute(expr)) for where, expr in dashboard_queries()]
+    queries += [(where, expr) for where, expr in shipped_exprs() if where.startswith("datasources.yaml")]
     queries += rule_exprs()
     queries += [
         (f"recorded {name}", name) for name in sorted({w.split(" / ")[1] for w, _ in rule_exprs()}) if ":" in name
