@@ -27,17 +27,20 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
 
+from firsttoken import __version__
 from firsttoken import semconv as sc
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = Path.home() / ".cache" / "firsttoken" / "stack" / "prometheus-v3.14.0" / "bin" / "prometheus"
 CLASSES = ("interactive", "async", "batch", None)
+SCOPE = f'otel_scope_name="{sc.SCOPE_NAME}",otel_scope_version="{__version__}"'
 
 
 def le(bound: float) -> str:
@@ -71,7 +74,8 @@ class Series:
         out = []
         with self.lock:
             for (model, traffic_class), counts in self.ttft.items():
-                labels = f'gen_ai_provider_name="openai",gen_ai_request_model="{model}"'
+                # firsttoken's scope, as prometheus.yml's promote_scope_metadata makes it labels: the rules select it.
+                labels = f'{SCOPE},gen_ai_provider_name="openai",gen_ai_request_model="{model}"'
                 if traffic_class:
                     labels += f',firsttoken_traffic_class="{traffic_class}"'
                 for name, buckets, bounds in (
@@ -153,6 +157,11 @@ def measure(binary: str, models: int, minutes: float) -> dict[str, tuple[float, 
                 for group in groups:
                     samples.setdefault(group["name"], []).append(float(group["evaluationTime"]))
                     rules[group["name"]] = len(group["rules"])
+            # Timed on data, not on selectors that match nothing (the rules select firsttoken's scope).
+            query = urllib.parse.urlencode({"query": "count(llm:slo_calls:rate5m)"})
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{query}", timeout=10) as resp:
+                if not json.loads(resp.read())["data"]["result"]:
+                    raise RuntimeError("the rules recorded nothing from the synthetic series")
         finally:
             process.terminate()
             process.wait(timeout=30)

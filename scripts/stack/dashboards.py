@@ -7,7 +7,9 @@ Classic dashboard JSON (schemaVersion 39), file-provisioned by
 grafana/provisioning/dashboards/dashboards.yaml; Grafana 11-13 load it (13 migrates it on load), and
 it imports into an existing Grafana: every panel uses the ``$datasource`` variable (a Prometheus
 datasource picked at the top), never a fixed uid.
-Every query uses the Prometheus names of docs/metrics.md (UnderscoreEscapingWithSuffixes).
+Every query uses the Prometheus names of docs/metrics.md (UnderscoreEscapingWithSuffixes) and
+selects firsttoken's own points (``otel_scope_name="firsttoken"``, SCOPE below): each call counts
+once whatever other GenAI instrumentation records the same calls (docs/coexistence.md).
 Latency panels ask for exemplars: a point or heatmap cell links to the trace of that very call in
 Tempo through the Prometheus datasource's exemplarTraceIdDestinations.
 Thresholds and SLO targets are read from prometheus/rules/targets.yml (and the error-ratio limit
@@ -43,9 +45,18 @@ TEMPO = {"type": "tempo", "uid": "${tempo}"}
 # times the datasource's scrape interval (timeInterval, also 15 s in grafana/provisioning/).
 MIN_INTERVAL = "15s"
 
-# Label selectors built from the dashboard variables.
-CALL = 'gen_ai_provider_name=~"$provider", gen_ai_request_model=~"$model", firsttoken_traffic_class=~"$traffic_class"'
-CLASS = 'firsttoken_traffic_class=~"$traffic_class"'
+# firsttoken's own points. Another GenAI instrumentation of the same calls (openai-v2, OpenLLMetry,
+# OpenLIT, logfire) records under the same standard names with the same attribute keys; only the
+# instrumentation scope tells them apart. prometheus.yml (otlp: promote_scope_metadata) makes it the
+# label otel_scope_name (with otel_scope_version and otel_scope_schema_url, which every query sums
+# away, so that a new firsttoken version does not split a line). Every selector of a gen_ai_* or
+# firsttoken_* series has this matcher (tests/stack/test_stack_scope.py checks), so each call counts once.
+SCOPE = f'otel_scope_name="{sc.SCOPE_NAME}"'
+# Label selectors built from the dashboard variables: PICKED for recorded series (llm:*, which the
+# rules aggregated over the scope already), CALL and CLASS for firsttoken's raw series.
+PICKED = 'gen_ai_provider_name=~"$provider", gen_ai_request_model=~"$model", firsttoken_traffic_class=~"$traffic_class"'
+CALL = f"{SCOPE}, {PICKED}"
+CLASS = f'{SCOPE}, firsttoken_traffic_class=~"$traffic_class"'
 RI = "$__rate_interval"
 RANGE = "$__range"
 BY_MODEL = "gen_ai_provider_name, gen_ai_request_model"
@@ -546,11 +557,15 @@ def query_variable(name: str, label: str, query: str) -> dict[str, Any]:
 CALL_VARIABLES = [
     datasource_variable("datasource", "Prometheus", "prometheus", "prometheus"),
     datasource_variable("tempo", "Tempo", "tempo", "tempo"),
-    query_variable("provider", "Provider", f"label_values({DURATION}_count, gen_ai_provider_name)"),
+    query_variable("provider", "Provider", f"label_values({DURATION}_count{{{SCOPE}}}, gen_ai_provider_name)"),
     query_variable(
-        "model", "Model", f'label_values({DURATION}_count{{gen_ai_provider_name=~"$provider"}}, gen_ai_request_model)'
+        "model",
+        "Model",
+        f'label_values({DURATION}_count{{{SCOPE}, gen_ai_provider_name=~"$provider"}}, gen_ai_request_model)',
     ),
-    query_variable("traffic_class", "Traffic class", f"label_values({DURATION}_count, firsttoken_traffic_class)"),
+    query_variable(
+        "traffic_class", "Traffic class", f"label_values({DURATION}_count{{{SCOPE}}}, firsttoken_traffic_class)"
+    ),
 ]
 
 
@@ -1319,7 +1334,7 @@ def slo_trace_search(slo: Any, classes: Sequence[str]) -> str:
 def slo_section(lay: Layout, config: Any, slo: Any) -> None:
     classes = config.classes()
     window = config.window
-    sel = f'slo="{slo.name}", {CALL}'
+    sel = f'slo="{slo.name}", {PICKED}'
 
     def by(expr: str) -> str:
         return f"max by ({SLO_BY}) ({expr})"

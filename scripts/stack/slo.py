@@ -12,7 +12,9 @@ The recording rules are one group, evaluated in order, per provider, model and t
 (``slo`` label: the SLO's name):
 
 - ``llm:slo_calls:rate5m`` (one rule per SLO) and ``llm:slo_bad:rate5m`` (one per SLO and traffic
-  class: the class's threshold) from the raw histograms: one bucket and the count;
+  class: the class's threshold) from the raw histograms: one bucket and the count, of firsttoken's
+  own points only (``otel_scope_name="firsttoken"``: another GenAI instrumentation of the same calls
+  records under the same standard names), summed over the other scope labels;
 - 30m as the mean of the 5 m rates at 1 minute steps (30 points: no lag, the alerts' fast window),
   1h and 6h as their mean at 5 minute steps (a subquery of 12 and 72 points that tiles the
   window), 1d and 3d from the 1 h rates at 1 hour steps (24 and 72 points), the SLO
@@ -52,6 +54,7 @@ DURATION = "gen_ai_client_operation_duration_seconds"
 BY = "gen_ai_provider_name, gen_ai_request_model, firsttoken_traffic_class"
 ON = f"slo, {BY}"
 CLASS_LABEL = "firsttoken_traffic_class"
+SCOPE = f'otel_scope_name="{sc.SCOPE_NAME}"'
 INFO_LABELS = "slo_objective, slo_threshold_seconds"
 SLIS = {"ttft": (TTFT, sc.TTFT_BUCKETS), "e2e": (DURATION, sc.DURATION_BUCKETS), "availability": (DURATION, ())}
 # Raw windows, then (window, from, step): each longer one is the mean of a shorter one's rates.
@@ -219,14 +222,14 @@ def class_labels(slo: SLO, traffic_class: str) -> dict[str, str]:
 def calls_rule(slo: SLO, scale: int = 1) -> dict[str, Any]:
     """Calls an SLO counts, every class at once: the class only changes what is good."""
     metric, _ = SLIS[slo.sli]
-    expr = _sum(f"rate({metric}_count[{scaled('5m', scale)}])")
+    expr = _sum(f"rate({metric}_count{{{SCOPE}}}[{scaled('5m', scale)}])")
     return {"record": "llm:slo_calls:rate5m", "expr": expr, "labels": {"slo": slo.name}}
 
 
 def bad_rule(config: Config, slo: SLO, traffic_class: str, scale: int = 1) -> dict[str, Any]:
     """Bad calls of one SLO and class over 5 minutes, from one bucket (the class's threshold) and the count."""
     metric, _ = SLIS[slo.sli]
-    selector = class_selector(traffic_class, config.classes())
+    selector = f"{SCOPE}, {class_selector(traffic_class, config.classes())}"
     w = scaled("5m", scale)
     calls = _sum(f"rate({metric}_count{{{selector}}}[{w}])")
     if slo.sli == "availability":

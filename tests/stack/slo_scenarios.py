@@ -57,6 +57,7 @@ GROUP_ORDER = (
 OLD_ALERTS = ("LLMTimeToFirstTokenP95High", "LLMTimeToFirstTokenP99High", "LLMEndToEndP99High")
 TTFT = "firsttoken_client_time_to_first_token_seconds"
 DURATION = "gen_ai_client_operation_duration_seconds"
+SCOPE_LABELS = 'otel_scope_name="firsttoken",otel_scope_version="0.1.0"'
 # Subsets of firsttoken.semconv's bounds: the interactive targets the rules compare with, one under
 # each, and every bound above (a percentile from buckets never exceeds the last finite bound, so
 # the old p99 alerts need them to see a tail).
@@ -118,9 +119,10 @@ def poisson(rng: random.Random, lam: float) -> int:
 def series_for(
     model: Model, minutes: int, change: Callable[[Model, int], Minute], rng: random.Random
 ) -> dict[str, list[int]]:
-    """Cumulative per-minute counts of every series of one model (Prometheus names, labels)."""
+    """Cumulative per-minute counts of every series of one model (Prometheus names, labels; firsttoken's
+    scope labels as the OTLP receiver writes them with promote_scope_metadata)."""
     base = (
-        f'gen_ai_provider_name="{model.provider}",gen_ai_request_model="{model.name}",'
+        f'{SCOPE_LABELS},gen_ai_provider_name="{model.provider}",gen_ai_request_model="{model.name}",'
         f'firsttoken_traffic_class="{model.traffic_class}"'
     )
     ttft = [0] * (len(TTFT_LE) + 1)

@@ -10,7 +10,9 @@ are joined with ``_``; the unit is appended in words (``s`` -> ``seconds``, ``By
 ``X/Y`` -> ``X_per_Y``) unless the name already ends with it, and annotations in braces
 (``{token}``) are dropped; monotonic counters end in ``_total``; histograms give ``_bucket`` (with
 ``le`` in shortest decimal form: ``1``, ``2.5``), ``_sum`` and ``_count``; attribute keys become label
-names the same way.
+names the same way. The instrumentation scope becomes ``otel_scope_name``, ``otel_scope_version``,
+``otel_scope_schema_url`` (and ``otel_scope_<key>`` per scope attribute), as the OTLP receiver writes
+it with prometheus.yml's ``promote_scope_metadata: true``; an empty one is no label.
 """
 
 from __future__ import annotations
@@ -127,6 +129,20 @@ def _labels(pairs: Sequence[tuple[str, str]]) -> str:
     return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
 
 
+def scope_labels(scope: Any) -> dict[str, str]:
+    """The labels of an instrumentation scope (Prometheus 3.14 setScopeContext and createAttributes:
+    scope attributes as ``otel_scope_<key>``, then name, version and schema URL; none without a name)."""
+    if scope is None or not scope.name:
+        return {}
+    labels = {label_name(f"otel_scope_{k}"): label_value(v) for k, v in (scope.attributes or {}).items()}
+    labels |= {
+        "otel_scope_name": scope.name,
+        "otel_scope_version": scope.version or "",
+        "otel_scope_schema_url": scope.schema_url or "",
+    }
+    return {k: v for k, v in labels.items() if v}
+
+
 class OpenMetricsRenderer:
     """Renders what a MetricReader collects; remembers the last exemplar of every bucket and counter.
 
@@ -146,8 +162,9 @@ class OpenMetricsRenderer:
             if data is not None:
                 for rm in data.resource_metrics:
                     for sm in rm.scope_metrics:
+                        scope = scope_labels(sm.scope)
                         for metric in sm.metrics:
-                            self._family(metric, families)
+                            self._family(metric, families, scope)
             out: list[str] = []
             for family, (kind, unit_word, help_text, lines) in sorted(families.items()):
                 out.append(f"# TYPE {family} {kind}")
@@ -159,7 +176,7 @@ class OpenMetricsRenderer:
             out.append("# EOF")
             return "\n".join(out) + "\n"
 
-    def _family(self, metric: Any, families: dict[str, tuple[str, str, str, list[str]]]) -> None:
+    def _family(self, metric: Any, families: dict[str, tuple[str, str, str, list[str]]], scope: dict[str, str]) -> None:
         data = metric.data
         if isinstance(data, Histogram):
             kind, family = "histogram", metric_family(metric.name, metric.unit or "")
@@ -175,7 +192,8 @@ class OpenMetricsRenderer:
         entry = families.setdefault(family, (kind, unit_word, metric.description or "", []))
         lines = entry[3]
         for point in data.data_points:
-            pairs = tuple(sorted((label_name(k), label_value(v)) for k, v in (point.attributes or {}).items()))
+            labels = {label_name(k): label_value(v) for k, v in (point.attributes or {}).items()}
+            pairs = tuple(sorted({**labels, **scope}.items()))
             if kind == "histogram":
                 lines.extend(self._histogram(family, pairs, point))
             elif kind == "counter":

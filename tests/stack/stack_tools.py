@@ -242,3 +242,133 @@ def prometheus(config: dict[str, Any], *, features: str = "exemplar-storage") ->
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+
+
+# -- the vector selectors of a PromQL expression -----------------------------------------------
+
+# Keywords that are neither metric names nor functions; the label-list ones are followed by "(".
+_LABEL_LIST_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
+_AGGREGATIONS = {"sum", "avg", "min", "max", "count", "stddev", "stdvar", "topk", "bottomk", "quantile", "group"}
+_KEYWORDS = (
+    _LABEL_LIST_KEYWORDS
+    | _AGGREGATIONS
+    | {
+        "count_values",
+        "limitk",
+        "limit_ratio",
+        "bool",
+        "and",
+        "or",
+        "unless",
+        "offset",
+        "atan2",
+        "inf",
+        "nan",
+        "Inf",
+        "NaN",
+    }
+)
+_PROMQL_TOKEN = re.compile(
+    r"""
+    (?P<string>"(?:\\.|[^"\\])*"|'(?:\\.|[^'\\])*'|`[^`]*`)
+    |(?P<range>\[[^\]]*\])
+    |(?P<number>[0-9][0-9A-Za-z_.]*)
+    |(?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)
+    |(?P<punct>[(){},@])
+    |(?P<op>=~|!~|!=|==|>=|<=|[-+*/%^<>=])
+    |(?P<space>\s+|\#[^\n]*)
+    """,
+    re.VERBOSE,
+)
+
+
+def _promql_tokens(expr: str) -> list[tuple[str, str]]:
+    tokens, pos = [], 0
+    while pos < len(expr):
+        m = _PROMQL_TOKEN.match(expr, pos)
+        if not m:
+            raise ValueError(f"cannot read PromQL at {expr[pos : pos + 30]!r} in {expr!r}")
+        pos = m.end()
+        if m.lastgroup != "space":
+            assert m.lastgroup is not None
+            tokens.append((m.lastgroup, m.group()))
+    return tokens
+
+
+def _unquote(text: str) -> str:
+    if text.startswith("`"):
+        return text[1:-1]
+    return re.sub(r"\\(.)", r"\1", text[1:-1])
+
+
+def selectors(expr: str) -> list[tuple[str, frozenset[tuple[str, str, str]]]]:
+    """Every vector selector of a PromQL expression: (metric name, {(label, op, value)}).
+
+    A small reader, not a parser: enough for the queries this project ships (function calls,
+    aggregations with ``by``/``without``, ``on``/``group_left`` label lists, ranges, subqueries,
+    ``offset`` and ``@``). tests/stack/test_stack_scope.py checks it against the real Prometheus
+    parser on every shipped expression. A name given as ``{__name__="..."}`` counts as the name.
+    """
+    tokens = _promql_tokens(expr)
+    out: list[tuple[str, frozenset[tuple[str, str, str]]]] = []
+    i = 0
+
+    def matchers(start: int) -> tuple[int, set[tuple[str, str, str]]]:
+        found: set[tuple[str, str, str]] = set()
+        j = start + 1  # after "{"
+        while tokens[j][1] != "}":
+            if tokens[j][1] == ",":
+                j += 1
+                continue
+            label, op, value = tokens[j], tokens[j + 1], tokens[j + 2]
+            if label[0] not in ("ident", "string") or op[0] != "op" or value[0] != "string":
+                raise ValueError(f"cannot read the matchers of {expr!r}")
+            name = _unquote(label[1]) if label[0] == "string" else label[1]
+            found.add((name, op[1], _unquote(value[1])))
+            j += 3
+        return j + 1, found
+
+    while i < len(tokens):
+        kind, text = tokens[i]
+        after = tokens[i + 1][1] if i + 1 < len(tokens) else ""
+        if kind == "ident" and text in _LABEL_LIST_KEYWORDS and after == "(":
+            i = next(j for j in range(i, len(tokens)) if tokens[j][1] == ")") + 1
+        elif kind == "ident" and (text in _KEYWORDS or after == "("):
+            i += 1
+        elif kind == "ident":
+            found: set[tuple[str, str, str]] = set()
+            i += 1
+            if after == "{":
+                i, found = matchers(i)
+            out.append((text, frozenset(found)))
+        elif text == "{":
+            i, found = matchers(i)
+            names = [v for label, op, v in found if label == "__name__" and op == "="]
+            out.append((names[0] if names else "", frozenset(m for m in found if m[0] != "__name__")))
+        else:
+            i += 1
+    return out
+
+
+def shipped_exprs() -> list[tuple[str, str]]:
+    """(where, PromQL) of every query the project ships: dashboard targets (variables substituted),
+    the selectors of the dashboards' query variables, Grafana's trace-to-metrics queries (with and
+    without span tags), every rule of prometheus/rules/ and of the threshold rules kept for
+    comparison, and the queries alert annotations make."""
+    out = [(where, substitute(expr)) for where, expr in dashboard_queries()]
+    tempo = next(d for d in load_yaml(DATASOURCES)["datasources"] if d["type"] == "tempo")
+    for query in tempo["jsonData"]["tracesToMetrics"]["queries"]:
+        for tags in ('gen_ai_request_model="m", gen_ai_provider_name="p"', ""):
+            out.append((f"datasources.yaml / {query['name']}", query["query"].replace("$${__tags}", tags)))
+    for where, definition in variable_queries():
+        selector = definition.removeprefix("label_values(").removesuffix(")").rsplit(", ", 1)[0]
+        out.append((where, substitute(selector)))
+    for path in [*RULE_FILES, Path(__file__).with_name("threshold_alerts.yml")]:
+        for group in load_yaml(path)["groups"]:
+            for rule in group["rules"]:
+                where = f"{path.name} / {rule.get('record') or rule.get('alert')}"
+                out.append((where, rule["expr"]))
+                for key, text in (rule.get("annotations") or {}).items():
+                    for query in re.findall(r"`([^`]*)`", str(text)):
+                        out.append((f"{where} / annotation {key}", query.replace("%s", "x")))
+    return out

@@ -8,10 +8,10 @@ labels arrive: both instrumentations record ``gen_ai.client.operation.duration``
 attribute names, so only the instrumentation scope tells them apart reliably, and it must arrive
 as a label for a query to select firsttoken's own points (issue 29).
 
-Found here on the real Prometheus: with the shipped prometheus.yml no scope label arrives at all;
-with ``promote_scope_metadata: true`` in its ``otlp:`` block, ``otel_scope_name`` (and
-``otel_scope_version``, ``otel_scope_schema_url``) does. The test sets that option on its copy of
-the shipped config (a no-op once the shipped config has it) and shows the selector it enables.
+Found here on the real Prometheus 3.14: without ``promote_scope_metadata: true`` in prometheus.yml's
+``otlp:`` block (off by default) no scope label arrives at all; the shipped config sets it, and
+``otel_scope_name`` (with ``otel_scope_version`` and ``otel_scope_schema_url``) arrives on every
+series. test_stack_coexist_queries.py runs every shipped query beside these instrumentations.
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from stack_tools import ROOT, Prometheus
 from test_stack_real import Process, binary, prometheus_config
 from tests.servers import free_port, wait_ready
+
+from firsttoken import __version__
+from firsttoken.semconv import SCHEMA_URL
 
 CALLS = 3
 SCOPE = "firsttoken"
@@ -77,6 +79,11 @@ CHILD = textwrap.dedent(
 )
 
 OTHERS = {"openai-v2": "opentelemetry.instrumentation.openai_v2", "openllmetry": "opentelemetry.instrumentation.openai"}
+SCOPES = {
+    "openai-v2": "opentelemetry.instrumentation.openai_v2",
+    "openllmetry": "opentelemetry.instrumentation.openai.v1",
+}
+"""The instrumentation scope each records its metrics under (its meter's name)."""
 
 
 @pytest.fixture(scope="module")
@@ -88,11 +95,6 @@ def collector_and_prometheus() -> Iterator[tuple[str, Prometheus]]:
         procs: list[Process] = []
         try:
             cfg = prometheus_config(tmp, ports["prom"], ports["am"], ports["telemetry"])
-            config = yaml.safe_load(cfg.read_text())
-            # Not in the shipped prometheus.yml (yet): without it no scope label arrives at all, and
-            # the two instrumentations' points are told apart only by their differing attributes.
-            config["otlp"]["promote_scope_metadata"] = True
-            cfg.write_text(yaml.safe_dump(config))
             prom_proc = Process(
                 "prometheus",
                 [
@@ -175,6 +177,10 @@ def test_another_instrumentation_doubles_the_count_and_the_scope_label_separates
     assert points(alone) == CALLS
     # The issue: the standard name without a scope counts every call twice.
     assert points(beside) == 2 * CALLS
-    # The scope arrives as a label, and selecting it counts each call once.
+    # The scope arrives as labels (the shipped prometheus.yml), and selecting it counts each call once.
+    scopes = {s["metric"].get("otel_scope_name") for s in beside}  # type: ignore[attr-defined]
+    assert scopes == {SCOPE, SCOPES[other]}
+    own = {k: v for s in alone for k, v in s["metric"].items() if k.startswith("otel_scope_")}  # type: ignore[attr-defined]
+    assert own == {"otel_scope_name": SCOPE, "otel_scope_version": __version__, "otel_scope_schema_url": SCHEMA_URL}
     assert points(counts(prom, f"beside-{other}", SELECTOR)) == CALLS
     assert points(counts(prom, f"alone-{other}", SELECTOR)) == CALLS

@@ -453,6 +453,9 @@ def test_prometheus_keys_and_flags_exist_upstream() -> None:
 
     check(config, known["prometheus"]["keys"], "")
     assert config["otlp"]["translation_strategy"] in known["prometheus"]["translation_strategies"]
+    # The OTLPConfig fields of Go type bool: YAML must give true or false, not a string.
+    for key in set(config["otlp"]) & set(known["prometheus"]["booleans"]):
+        assert isinstance(config["otlp"][key], bool), f"otlp.{key} is a boolean"
     for service, name in (("prometheus", "prometheus"), ("alertmanager", "alertmanager")):
         args = compose()["services"][service]["command"]
         flags = {a.lstrip("-").split("=")[0] for a in args}

@@ -23,7 +23,7 @@ def sdk() -> tuple[InMemoryMetricReader, TracerProvider, MeterProvider]:
 def record(sdk: tuple[InMemoryMetricReader, TracerProvider, MeterProvider]) -> tuple[str, str]:
     """One histogram sample and one counter add inside a span; returns its (trace id, span id)."""
     _, tracer_provider, meters = sdk
-    meter = meters.get_meter("t")
+    meter = meters.get_meter("t", "1.2", schema_url="https://example.com/s/1", attributes={"team.name": "ml"})
     ttft = meter.create_histogram(
         "firsttoken.client.time_to_first_token", unit="s", explicit_bucket_boundaries_advisory=(0.5, 1.0, 2.5)
     )
@@ -41,7 +41,12 @@ def test_names_labels_buckets_and_exemplars(sdk: tuple[InMemoryMetricReader, Tra
     trace_id, span_id = record(sdk)
     text = OpenMetricsRenderer(sdk[0]).render()
     lines = text.splitlines()
-    labels = 'gen_ai_request_model="gpt-4o \\"big\\"",gen_ai_request_stream="true",server_port="443"'
+    # The scope's labels (prometheus.yml's promote_scope_metadata), sorted in with the attributes'.
+    labels = (
+        'gen_ai_request_model="gpt-4o \\"big\\"",gen_ai_request_stream="true",otel_scope_name="t",'
+        'otel_scope_schema_url="https://example.com/s/1",otel_scope_team_name="ml",otel_scope_version="1.2",'
+        'server_port="443"'
+    )
     bucket = "firsttoken_client_time_to_first_token_seconds_bucket"
     assert f'{bucket}{{{labels},le="0.5"}} 1' in lines
     assert f'{bucket}{{{labels},le="1"}} 1' in lines  # 1.0 is written "1", as Prometheus does

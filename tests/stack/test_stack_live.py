@@ -350,7 +350,7 @@ class _SpelledHistograms:
         lines = [f"# TYPE {self.TTFT} histogram", f"# TYPE {self.DURATION} histogram"]
         for model, spell in (("short", lambda b: f"{b:g}"), ("float", lambda b: repr(float(b)))):
             for traffic_class in ("interactive", "async", "batch", ""):
-                base = f'gen_ai_provider_name="sim",gen_ai_request_model="{model}"'
+                base = f'otel_scope_name="firsttoken",gen_ai_provider_name="sim",gen_ai_request_model="{model}"'
                 if traffic_class:
                     base += f',firsttoken_traffic_class="{traffic_class}"'
                 for metric, buckets, share, labels in (

@@ -368,7 +368,8 @@ def test_series_names_are_exactly_the_documented_ones(stack: Stack) -> None:
     documented = documented_series()
     assert names <= documented, f"in Prometheus but not in docs/metrics.md: {sorted(names - documented)}"
     # Labels: the attribute table of docs/metrics.md, plus what Prometheus itself adds (job and instance
-    # from service.name/service.instance.id, le) and the resource attributes prometheus.yml promotes.
+    # from service.name/service.instance.id, le), the resource attributes prometheus.yml promotes and
+    # the scope labels its promote_scope_metadata adds (firsttoken's scope has no attributes).
     text = (ROOT / "docs" / "metrics.md").read_text()
     table = text[text.index("## Attribute keys and labels") : text.index("## Recording rules")]
     documented_labels = set(re.findall(r"\| `[a-z_.]+` \| `([a-z_]+)` \|", table))
@@ -376,6 +377,10 @@ def test_series_names_are_exactly_the_documented_ones(stack: Stack) -> None:
     infra = {"__name__", "job", "instance", "le"} | {
         a.replace(".", "_") for a in promoted.get("promote_resource_attributes", [])
     }
+    scope = {"otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
+    assert promoted["promote_scope_metadata"] is True
+    assert all(f"`{label}`" in table for label in scope), "docs/metrics.md does not name the scope labels"
+    infra |= scope
     labels = {label for s in series if s["__name__"] != "target_info" for label in s}
     assert labels <= documented_labels | infra, (
         f"labels not in docs/metrics.md: {sorted(labels - documented_labels - infra)}"
