@@ -20,7 +20,7 @@ from typing import Any
 from .. import semconv as sc
 from .._patch import Patches
 from ..recorder import Recorder
-from ..streams import Observer
+from ..streams import ERROR_EVENT, Observer
 from ..timeline import Timeline
 from . import _common as common
 from . import endpoints, server_timing
@@ -341,23 +341,39 @@ _RESPONSE_LIFECYCLE_EVENTS = frozenset({"response.created", "response.in_progres
 _RESPONSE_TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
-    kind = event.type
+def read_response_event(tl: Timeline, kind: str, event: Any, now: int) -> int:
+    """One streamed Responses API event, on both paths: the SDK's model (:func:`observe_response_event`)
+    or its JSON on the wire (:func:`read_event`). ``EVENT_END`` for the terminal events (the
+    finish reason says how it ended: ``response.incomplete`` a length stop, ``response.failed`` an
+    error), ``EVENT_ERROR`` for the ``error`` event."""
     if kind in _RESPONSE_OUTPUT_EVENTS:
         tl.output_token(now)
         if tl.capture is not None and kind == "response.output_text.delta":
-            common.append_output(tl, event.delta)
-    elif kind in _RESPONSE_TERMINAL_EVENTS:
+            common.append_output(tl, str(g(event, "delta") or ""))
+        return EVENT_MORE
+    if kind in _RESPONSE_TERMINAL_EVENTS:
         tl.terminal_seen = True
-        response = event.response
+        response = g(event, "response") or {}
         read_identity(tl, response)
-        read_usage(tl, response.usage)
+        read_usage(tl, g(response, "usage"))
         endpoints.refine(tl, response)
         reason = responses_finish_reason(response)
         if reason:
             tl.finish_reasons[0] = reason
-    elif kind in _RESPONSE_LIFECYCLE_EVENTS and tl.response_id is None:
-        read_identity(tl, event.response)
+        return EVENT_END
+    if kind == "error":
+        return EVENT_ERROR
+    if kind in _RESPONSE_LIFECYCLE_EVENTS and tl.response_id is None:
+        read_identity(tl, g(event, "response"))
+    return EVENT_MORE
+
+
+def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
+    """A Responses event the openai SDK hands the app. Its ``error`` event (``ResponseErrorEvent``) is
+    handed over without raising: the call fails there, as on the wire, the event not counted as a chunk."""
+    if read_response_event(tl, event.type, event, now) == EVENT_ERROR:
+        tl.chunk_count -= 1
+        tl.finish(sc.END_ERROR, now, ERROR_EVENT)
 
 
 def _produced(choice: Mapping[str, Any]) -> bool:
@@ -382,25 +398,7 @@ def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
     """One streamed JSON event of chat completions, completions or Responses (the wire path)."""
     kind = event.get("type")
     if isinstance(kind, str):  # Responses API events
-        if kind in _RESPONSE_OUTPUT_EVENTS:
-            tl.output_token(now)
-            if tl.capture is not None and kind == "response.output_text.delta":
-                common.append_output(tl, str(event.get("delta") or ""))
-            return EVENT_MORE
-        if kind in _RESPONSE_TERMINAL_EVENTS:
-            response = event.get("response") or {}
-            read_identity(tl, response)
-            read_usage(tl, response.get("usage"))
-            endpoints.refine(tl, response)
-            reason = responses_finish_reason(response)
-            if reason:
-                tl.finish_reasons[0] = reason
-            return EVENT_END
-        if kind == "error":
-            return EVENT_ERROR
-        if kind in _RESPONSE_LIFECYCLE_EVENTS and tl.response_id is None:
-            read_identity(tl, event.get("response") or {})
-        return EVENT_MORE
+        return read_response_event(tl, kind, event, now)
     if event.get("error") is not None:  # an error object in a chat stream (the SDK raises APIError)
         return EVENT_ERROR
     produced = False
