@@ -353,11 +353,6 @@ ROUTES = (
         sdk_async=_cohere_sdk_async,
         sdk_patched=False,
         no_error_event=NO_ERROR_EVENT,
-        known_bugs={
-            f"prefix-{client}": "providers/cohere.py hashes only `tools` as the prefix, not the leading "
-            "system messages (OpenAI Chat's rule), so a new system prompt keeps the hash"
-            for client in ("sdk", "sdk-async", "httpx", "aiohttp")
-        },
     ),
     Route(
         "mistral",

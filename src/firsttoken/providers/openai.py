@@ -23,6 +23,7 @@ from ..recorder import Recorder
 from ..streams import ERROR_EVENT, Observer
 from ..timeline import Timeline
 from . import _common as common
+from . import _levers as levers
 from . import endpoints, server_timing
 from ._hooks import EVENT_END, EVENT_ERROR, EVENT_MORE, CallDescription, CallHooks, StreamState, WireFormat
 
@@ -122,14 +123,7 @@ def _prefix(api_type: str | None, body: Mapping[str, Any]) -> tuple[Any, ...]:
     if api_type == _API_RESPONSES:
         instructions = body.get("instructions")
         return () if instructions is None and tools is None else (instructions, tools)
-    messages = body.get("messages")
-    leading: list[Any] = []
-    if isinstance(messages, list):
-        for message in messages:
-            if not isinstance(message, Mapping) or message.get("role") not in ("system", "developer"):
-                break
-            leading.append(message.get("content"))
-    return () if not leading and tools is None else (leading, tools)
+    return levers.chat_prefix(body.get("messages"), tools)
 
 
 # -- reading results (models or, for raw responses, plain dicts) -----------------------------
