@@ -104,8 +104,6 @@ class Route:
     sdk_yields_error_event: bool = False
     """Whether its SDK hands the app the in-stream error event instead of raising (the openai SDK's
     Responses ``error`` event, a ``ResponseErrorEvent``): the call fails there all the same."""
-    stream_cache_reads: bool = True
-    """Whether the streamed usage the simulator sends names the cached input tokens."""
     known_bugs: dict[str, str] = field(default_factory=dict)
     """Cells that fail on a real bug not fixed here, by ``behaviour-client``: the reason (xfail, strict)."""
 
@@ -376,7 +374,6 @@ ROUTES = (
         _groq_sdk,
         sdk_async=_groq_sdk_async,
         sim="groq",
-        stream_cache_reads=False,  # x_groq.usage, as the simulator sends it, has token counts only
     ),
 )
 CLIENTS = ("sdk", "sdk-async", "httpx", "aiohttp")
@@ -569,8 +566,7 @@ def test_tokens_and_cache_are_the_simulators(sims: dict[str, Simulator], route: 
         served = sim.requests[-2:]
         cold, warm = (attrs(s) for s in t.calls())
     assert served[0].cached_tokens == 0 and served[1].cached_tokens > 0, "the simulator cached the prompt"
-    # What the stream said was cached (Groq's x_groq.usage, as the simulator sends it, says nothing).
-    cached = [s.cached_tokens if route.stream_cache_reads else 0 for s in served]
+    cached = [s.cached_tokens for s in served]  # Groq's: in x_groq.usage, as its API sends them
     for a, s, c in zip((cold, warm), served, cached, strict=True):
         assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] == s.input_tokens  # the whole prompt, cached tokens included
         assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == s.output_tokens
