@@ -230,7 +230,10 @@ def llama_index_stream_complete(sim: Simulator, api: str) -> Seen:
 
 # -- the cases ---------------------------------------------------------------------------------------
 
-ITEM3 = "issue 29 item 3: a stream closed after its terminal event ends `closed`"
+ITEM3 = (
+    "a stream the framework read to its terminal event ends `completed`, however it is closed after it "
+    "(issue 29 item 3: LiteLLM's streams, closed after their terminal event, ended `closed`)"
+)
 
 
 @dataclass

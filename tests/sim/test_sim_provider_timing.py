@@ -101,6 +101,9 @@ def test_groq_stream(client: openai.OpenAI, include_usage: bool) -> None:
     assert {k: timing[k] for k in expected} == pytest.approx(expected, abs=1e-6)
     assert timing["total_time"] == pytest.approx(expected["prompt_time"] + expected["completion_time"], abs=1e-6)
     assert (timing["completion_tokens"], timing["total_tokens"]) == (20, timing["prompt_tokens"] + 20)
+    # Groq's own usage shape (the groq SDK's CompletionUsage): the cache reads, no OpenAI audio counts.
+    assert timing["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert "completion_tokens_details" not in timing  # not a reasoning model
     if include_usage:
         assert final.usage is not None and not final.choices
     else:

@@ -9,6 +9,7 @@ import json
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -81,6 +82,23 @@ def prefix_hash(parts: tuple[Any, ...]) -> str:
         with _lock:
             _recent = [(snapshot, label), *_recent[: RECENT_PREFIXES - 1]]
     return label
+
+
+_INSTRUCTION_ROLES = ("system", "developer")
+
+
+def chat_prefix(messages: Any, tools: Any) -> tuple[Any, ...]:
+    """The prefix of a chat request whose instructions are its leading messages: the contents of the
+    ``system`` (or ``developer``) messages before the first other one, and the tools; () with
+    neither. OpenAI Chat Completions' rule, shared by the APIs that speak it (Mistral, Groq, ...)
+    and by Cohere v2 Chat, whose system prompt is a leading ``system`` message too."""
+    leading: list[Any] = []
+    if isinstance(messages, list):
+        for message in messages:
+            if not isinstance(message, Mapping) or message.get("role") not in _INSTRUCTION_ROLES:
+                break
+            leading.append(message.get("content"))
+    return () if not leading and tools is None else (leading, tools)
 
 
 def conversation_turn(conversation_id: str) -> int:

@@ -16,6 +16,7 @@ from .. import semconv as sc
 from ..timeline import Timeline
 from ._common import append_output, to_json
 from ._hooks import EVENT_END, EVENT_ERROR, EVENT_MORE, CallDescription, StreamState, WireFormat
+from ._levers import chat_prefix
 
 CHAT_PATH = "/v2/chat"
 _OUTPUT_EVENTS = frozenset({"content-delta", "tool-plan-delta", "tool-call-delta"})
@@ -97,13 +98,13 @@ class CohereFormat(WireFormat):
     def describe(
         self, path: str, body: Mapping[str, Any], stream: bool, operation: str, api_type: str | None
     ) -> CallDescription:
-        model, tools = body.get("model"), body.get("tools")
+        model = body.get("model")
         return CallDescription(
             operation=operation,
             model=model if isinstance(model, str) else None,
             stream=stream,
             content=lambda: {sc.GEN_AI_INPUT_MESSAGES: to_json(body.get("messages"))},
-            prefix=() if tools is None else (tools,),
+            prefix=chat_prefix(body.get("messages"), body.get("tools")),
         )
 
     def read_result(self, tl: Timeline, data: Mapping[str, Any]) -> None:

@@ -20,9 +20,10 @@ from typing import Any
 from .. import semconv as sc
 from .._patch import Patches
 from ..recorder import Recorder
-from ..streams import Observer
+from ..streams import ERROR_EVENT, Observer
 from ..timeline import Timeline
 from . import _common as common
+from . import _levers as levers
 from . import endpoints, server_timing
 from ._hooks import EVENT_END, EVENT_ERROR, EVENT_MORE, CallDescription, CallHooks, StreamState, WireFormat
 
@@ -122,14 +123,7 @@ def _prefix(api_type: str | None, body: Mapping[str, Any]) -> tuple[Any, ...]:
     if api_type == _API_RESPONSES:
         instructions = body.get("instructions")
         return () if instructions is None and tools is None else (instructions, tools)
-    messages = body.get("messages")
-    leading: list[Any] = []
-    if isinstance(messages, list):
-        for message in messages:
-            if not isinstance(message, Mapping) or message.get("role") not in ("system", "developer"):
-                break
-            leading.append(message.get("content"))
-    return () if not leading and tools is None else (leading, tools)
+    return levers.chat_prefix(body.get("messages"), tools)
 
 
 # -- reading results (models or, for raw responses, plain dicts) -----------------------------
@@ -298,8 +292,10 @@ def observe_chat_chunk(tl: Timeline, chunk: Any, now: int) -> None:
         if chunk.model_extra:  # provider timing rides on the last chunks (Groq, Cerebras, llama.cpp)
             server_timing.read(tl, chunk)
         endpoints.refine(tl, chunk)
-    if tl.response_id is None:
+    if tl.response_id is None:  # the first chunk (or one of a server that sends no id)
         read_identity(tl, chunk)
+        if _unasked:
+            _check_usage_unasked(tl)
 
 
 def observe_completion_chunk(tl: Timeline, chunk: Any, now: int) -> None:
@@ -319,8 +315,10 @@ def observe_completion_chunk(tl: Timeline, chunk: Any, now: int) -> None:
     usage = chunk.usage
     if usage is not None:
         read_usage(tl, usage)
-    if tl.response_id is None:
+    if tl.response_id is None:  # the first chunk (or one of a server that sends no id)
         read_identity(tl, chunk)
+        if _unasked:
+            _check_usage_unasked(tl)
 
 
 _RESPONSE_OUTPUT_EVENTS = frozenset(
@@ -341,23 +339,39 @@ _RESPONSE_LIFECYCLE_EVENTS = frozenset({"response.created", "response.in_progres
 _RESPONSE_TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
-    kind = event.type
+def read_response_event(tl: Timeline, kind: str, event: Any, now: int) -> int:
+    """One streamed Responses API event, on both paths: the SDK's model (:func:`observe_response_event`)
+    or its JSON on the wire (:func:`read_event`). ``EVENT_END`` for the terminal events (the
+    finish reason says how it ended: ``response.incomplete`` a length stop, ``response.failed`` an
+    error), ``EVENT_ERROR`` for the ``error`` event."""
     if kind in _RESPONSE_OUTPUT_EVENTS:
         tl.output_token(now)
         if tl.capture is not None and kind == "response.output_text.delta":
-            common.append_output(tl, event.delta)
-    elif kind in _RESPONSE_TERMINAL_EVENTS:
+            common.append_output(tl, str(g(event, "delta") or ""))
+        return EVENT_MORE
+    if kind in _RESPONSE_TERMINAL_EVENTS:
         tl.terminal_seen = True
-        response = event.response
+        response = g(event, "response") or {}
         read_identity(tl, response)
-        read_usage(tl, response.usage)
+        read_usage(tl, g(response, "usage"))
         endpoints.refine(tl, response)
         reason = responses_finish_reason(response)
         if reason:
             tl.finish_reasons[0] = reason
-    elif kind in _RESPONSE_LIFECYCLE_EVENTS and tl.response_id is None:
-        read_identity(tl, event.response)
+        return EVENT_END
+    if kind == "error":
+        return EVENT_ERROR
+    if kind in _RESPONSE_LIFECYCLE_EVENTS and tl.response_id is None:
+        read_identity(tl, g(event, "response"))
+    return EVENT_MORE
+
+
+def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
+    """A Responses event the openai SDK hands the app. Its ``error`` event (``ResponseErrorEvent``) is
+    handed over without raising: the call fails there, as on the wire, the event not counted as a chunk."""
+    if read_response_event(tl, event.type, event, now) == EVENT_ERROR:
+        tl.chunk_count -= 1
+        tl.finish(sc.END_ERROR, now, ERROR_EVENT)
 
 
 def _produced(choice: Mapping[str, Any]) -> bool:
@@ -382,25 +396,7 @@ def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
     """One streamed JSON event of chat completions, completions or Responses (the wire path)."""
     kind = event.get("type")
     if isinstance(kind, str):  # Responses API events
-        if kind in _RESPONSE_OUTPUT_EVENTS:
-            tl.output_token(now)
-            if tl.capture is not None and kind == "response.output_text.delta":
-                common.append_output(tl, str(event.get("delta") or ""))
-            return EVENT_MORE
-        if kind in _RESPONSE_TERMINAL_EVENTS:
-            response = event.get("response") or {}
-            read_identity(tl, response)
-            read_usage(tl, response.get("usage"))
-            endpoints.refine(tl, response)
-            reason = responses_finish_reason(response)
-            if reason:
-                tl.finish_reasons[0] = reason
-            return EVENT_END
-        if kind == "error":
-            return EVENT_ERROR
-        if kind in _RESPONSE_LIFECYCLE_EVENTS and tl.response_id is None:
-            read_identity(tl, event.get("response") or {})
-        return EVENT_MORE
+        return read_response_event(tl, kind, event, now)
     if event.get("error") is not None:  # an error object in a chat stream (the SDK raises APIError)
         return EVENT_ERROR
     produced = False
@@ -427,8 +423,10 @@ def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
         tl.terminal_seen = True  # the answer's end; the reader goes on for usage and [DONE]
     if event.get("usage"):
         read_usage(tl, event["usage"])
-    if tl.response_id is None:
+    if tl.response_id is None:  # the first chunk (or one of a server that sends no id)
         read_identity(tl, event)
+        if _unasked:
+            _check_usage_unasked(tl)
     if final:
         server_timing.read(tl, event)
         endpoints.refine(tl, event)
@@ -463,34 +461,56 @@ NO_USAGE_WARNING = (
     '(pass stream_options={"include_usage": True}; the openai SDK\'s chat.completions.stream() helper and '
     "some frameworks do not). Said once per process; docs/semantics.md#streams-without-usage"
 )
+USAGE_UNASKED = frozenset({"mistral_ai", "groq"})
+"""Providers whose Chat Completions streams carry usage though the request asked for none: Mistral's
+API (``usage`` on the final chunk) and Groq's (``x_groq.usage`` on the final chunk). Every other
+server of the format (OpenAI and those that follow its rule) sends usage only when asked."""
 _warned_no_usage = False
+_unasked: dict[int, dict[str, Any]] = {}
+"""The streamed chat and completions calls that asked for no usage, by ``id`` of their request
+attributes (held here, so the ids stay theirs; ``Timeline.request`` is the same dict): kept from
+the request until its first chunk, when the provider who served it is known. Only until the
+warning has been given; a call failing before its first chunk is forgotten with the rest at 64."""
 
 
-def _check_usage_asked(body: Mapping[str, Any], api_type: str | None) -> None:
+def _usage_unasked(request: dict[str, Any], body: Mapping[str, Any], api_type: str | None) -> None:
     """A streamed Chat Completions or Completions request reports usage only when it asks for it (the
-    Responses API always does): without it, tokens go uncounted, so say so once."""
-    global _warned_no_usage
+    Responses API always does): without it, tokens go uncounted where the provider follows OpenAI's
+    rule, which its first chunk tells (:func:`_check_usage_unasked`)."""
     if _warned_no_usage or api_type == _API_RESPONSES:
         return
     options = body.get("stream_options")
     if isinstance(options, Mapping) and options.get("include_usage"):
         return
+    if len(_unasked) >= 64:
+        _unasked.clear()
+    _unasked[id(request)] = request
+
+
+def _check_usage_unasked(tl: Timeline) -> None:
+    """On a stream's first chunk: the call asked for no usage and its provider sends none unasked,
+    so say once that its tokens go uncounted (at the app's line reading the stream)."""
+    global _warned_no_usage
+    if _unasked.pop(id(tl.request), None) is None or _warned_no_usage or tl.provider in USAGE_UNASKED:
+        return
     _warned_no_usage = True
+    _unasked.clear()
     from ..config import warn
 
     warn(NO_USAGE_WARNING)
 
 
 def _describe(body: Mapping[str, Any], stream: bool, operation: str, api_type: str | None) -> CallDescription:
+    request = _request_attributes(body)
     if stream and operation in (sc.OP_CHAT, sc.OP_TEXT_COMPLETION):
-        _check_usage_asked(body, api_type)
+        _usage_unasked(request, body, api_type)
     model = body.get("model")
     return CallDescription(
         operation=operation,
         model=model if isinstance(model, str) else None,
         stream=stream,
         api_type=api_type,
-        request=_request_attributes(body),
+        request=request,
         content=lambda: _input_content(operation, api_type, body),
         prefix=_prefix(api_type, body),
     )

@@ -97,16 +97,29 @@ def _vllm(tl: Timeline, metrics: Any) -> None:
         tl.extra[sc.FT_SERVER_TIMING_SOURCE] = "vllm"
 
 
+def _count(obj: Any, name: str) -> int | None:
+    value = get(obj, name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _groq_tokens(tl: Timeline, usage: Any) -> None:
     """Groq's streams carry the token counts in ``x_groq.usage`` (with the timing) when the request did
-    not ask for ``stream_options.include_usage``: the call's usage, unless a ``usage`` gave it."""
+    not ask for ``stream_options.include_usage``: the call's usage, unless a ``usage`` gave it. Its
+    ``prompt_tokens_details.cached_tokens`` are cache reads, as in OpenAI's usage (the groq SDK types
+    it as its ``CompletionUsage``), and ``completion_tokens_details.reasoning_tokens`` reasoning."""
     if usage is None or tl.output_tokens is not None:
         return
-    prompt, completion = get(usage, "prompt_tokens"), get(usage, "completion_tokens")
-    if isinstance(prompt, int) and not isinstance(prompt, bool):
+    prompt, completion = _count(usage, "prompt_tokens"), _count(usage, "completion_tokens")
+    if prompt is not None:
         tl.input_tokens = prompt
-    if isinstance(completion, int) and not isinstance(completion, bool):
+    if completion is not None:
         tl.output_tokens = completion
+    cached = _count(get(usage, "prompt_tokens_details"), "cached_tokens")
+    if cached is not None:
+        tl.cache_read_tokens = cached
+    reasoning = _count(get(usage, "completion_tokens_details"), "reasoning_tokens")
+    if reasoning is not None:
+        tl.reasoning_tokens = reasoning
 
 
 def read(tl: Timeline, obj: Any) -> None:

@@ -100,8 +100,10 @@ token, hidden reasoning included) as in the latency model, in seconds:
   ``usage.completion_time`` (decode), ``usage.total_time`` (prompt + completion, as Groq counts it),
   plus ``x_groq: {"id": "req_..."}``. Streams: ``x_groq: {"id"}`` on the first chunk and
   ``x_groq: {"id", "usage": {queue_time, prompt_time, completion_time, total_time, prompt_tokens,
-  completion_tokens, total_tokens}}`` on the final chunk (the last before ``[DONE]``: the usage chunk
-  with ``include_usage``, else the last finish-reason chunk).
+  completion_tokens, total_tokens, prompt_tokens_details: {cached_tokens}}}`` (and
+  ``completion_tokens_details: {reasoning_tokens}`` for a reasoning model: the groq SDK's
+  ``CompletionUsage``) on the final chunk (the last before ``[DONE]``: the usage chunk with
+  ``include_usage``, else the last finish-reason chunk).
 - **Cerebras** (``cerebras``): no ``openai-processing-ms``; ``time_info: {queue_time, prompt_time,
   completion_time, total_time, created}`` at the top level of a whole response and of the final
   stream chunk; ``total_time`` is queue + prompt + completion, ``created`` epoch seconds.

@@ -54,6 +54,18 @@ def _headers(call: Call, base: list[tuple[str, str]], until: float | None = None
     return [*base, *call.headers, ("openai-processing-ms", str(call.elapsed_ms(until)))]
 
 
+def _groq_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """The token counts of Groq's ``x_groq.usage`` (the groq SDK's ``CompletionUsage``): the three
+    counts, ``prompt_tokens_details.cached_tokens`` (Groq's prompt cache) and, for a reasoning model,
+    ``completion_tokens_details.reasoning_tokens``; none of OpenAI's audio or prediction counts."""
+    out = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    out["prompt_tokens_details"] = {"cached_tokens": usage["prompt_tokens_details"]["cached_tokens"]}
+    reasoning = usage["completion_tokens_details"]["reasoning_tokens"]
+    if reasoning:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return out
+
+
 class _ProviderTiming:
     """Groq's or Cerebras's timing fields for one chat or completions call (nothing for OpenAI)."""
 
@@ -76,8 +88,7 @@ class _ProviderTiming:
         if provider == "groq" and (self._first or final):
             obj["x_groq"] = {"id": self._groq_id}
             if final:
-                tokens = {k: usage[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
-                obj["x_groq"]["usage"] = {**tokens, **self._call.timing().groq()}
+                obj["x_groq"]["usage"] = {**_groq_usage(usage), **self._call.timing().groq()}
         elif provider == "cerebras" and final:
             obj["time_info"] = self._call.timing().cerebras()
         self._first = False
