@@ -343,7 +343,8 @@ def read_response_event(tl: Timeline, kind: str, event: Any, now: int) -> int:
     """One streamed Responses API event, on both paths: the SDK's model (:func:`observe_response_event`)
     or its JSON on the wire (:func:`read_event`). ``EVENT_END`` for the terminal events (the
     finish reason says how it ended: ``response.incomplete`` a length stop, ``response.failed`` an
-    error), ``EVENT_ERROR`` for the ``error`` event."""
+    error), ``EVENT_ERROR`` for the ``error`` event and for ``response.failed`` (read first: a failed
+    response is the answer's end and a failure, counted in the error rate as the ``error`` event is)."""
     if kind in _RESPONSE_OUTPUT_EVENTS:
         tl.output_token(now)
         if tl.capture is not None and kind == "response.output_text.delta":
@@ -358,7 +359,7 @@ def read_response_event(tl: Timeline, kind: str, event: Any, now: int) -> int:
         reason = responses_finish_reason(response)
         if reason:
             tl.finish_reasons[0] = reason
-        return EVENT_END
+        return EVENT_ERROR if kind == "response.failed" else EVENT_END
     if kind == "error":
         return EVENT_ERROR
     if kind in _RESPONSE_LIFECYCLE_EVENTS and tl.response_id is None:
@@ -367,8 +368,9 @@ def read_response_event(tl: Timeline, kind: str, event: Any, now: int) -> int:
 
 
 def observe_response_event(tl: Timeline, event: Any, now: int) -> None:
-    """A Responses event the openai SDK hands the app. Its ``error`` event (``ResponseErrorEvent``) is
-    handed over without raising: the call fails there, as on the wire, the event not counted as a chunk."""
+    """A Responses event the openai SDK hands the app. Its ``error`` event (``ResponseErrorEvent``) and
+    ``response.failed`` are handed over without raising: the call fails there, as on the wire, the event
+    not counted as a chunk."""
     if read_response_event(tl, event.type, event, now) == EVENT_ERROR:
         tl.chunk_count -= 1
         tl.finish(sc.END_ERROR, now, ERROR_EVENT)
