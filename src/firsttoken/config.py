@@ -351,12 +351,16 @@ class FirstTokenWarning(UserWarning):
 
 
 # Frames of these packages are between the app and a warning; it is reported at the app's line.
-_NOT_THE_APP = ("firsttoken", "openai", "anthropic", "httpx", "httpx2", "httpcore", "wrapt", "opentelemetry", "logfire")
+_NOT_THE_APP = (
+    *("firsttoken", "wrapt", "opentelemetry", "logfire"),
+    *("openai", "anthropic", "groq", "mistralai", "mistralai_azure", "mistralai_gcp", "cohere", "google"),
+    *("httpx", "httpx2", "httpcore", "httpcore2", "aiohttp", "requests", "urllib3", "tenacity"),
+)
 
 
 def _app_stacklevel() -> int:
-    """The ``stacklevel`` of the first frame outside firsttoken, the SDKs and OpenTelemetry (whose
-    instrumentor calls ``_instrument``), counted from the caller of :func:`warn`."""
+    """The ``stacklevel`` of the first frame outside firsttoken, the SDKs, their HTTP clients and
+    OpenTelemetry (whose instrumentor calls ``_instrument``), counted from the caller of :func:`warn`."""
     frame: FrameType | None = sys._getframe(2)
     level = 2
     while frame is not None:
