@@ -314,3 +314,24 @@ def test_google_auth_authorized_session_is_measured(telemetry: Telemetry, sim: S
     assert a[sc.FT_END_REASON] == sc.END_COMPLETED
     assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 24
     assert a[sc.FT_TIME_TO_FIRST_TOKEN] > 0.02
+
+
+def test_calls_from_several_threads_are_each_their_own(telemetry: Telemetry, sim: Simulator) -> None:
+    """requests is used from worker threads: each thread's call gets its own span, connection and TTFT."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _fmt, path, body = _requests(stream=True)[1]
+
+    def one(i: int) -> int:
+        with requests.post(sim.url + path, json={**body, "model": f"claude-{i}"}, stream=True, timeout=10) as r:
+            return sum(1 for _ in r.iter_lines())
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(n > 0 for n in pool.map(one, range(8)))
+    spans = [dict(s.attributes or {}) for s in telemetry.calls()]
+    assert sorted(a[sc.GEN_AI_REQUEST_MODEL] for a in spans) == sorted(f"claude-{i}" for i in range(8))
+    for a in spans:
+        assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+        assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 24
+        assert a[sc.FT_CONNECTION_REUSED] is False  # requests.post: a new session, a new connection
+        assert a[sc.FT_TIME_TO_FIRST_TOKEN] >= a[sc.FT_TIME_TO_RESPONSE_HEADERS]
