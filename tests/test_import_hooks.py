@@ -108,7 +108,7 @@ def test_import_firsttoken_loads_nothing_heavy() -> None:
     They cost tens of milliseconds each; instrument() loads what it needs (benchmarks/startup.py
     has the figures).
     """
-    heavy = ("opentelemetry", "wrapt", "asyncio", "aiohttp", *LIBRARIES)
+    heavy = ("opentelemetry", "wrapt", "asyncio", "aiohttp", "requests", "urllib3", *LIBRARIES)
     code = f"import sys, firsttoken; print(sorted({{m.split('.')[0] for m in sys.modules}} & set({heavy!r})))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr

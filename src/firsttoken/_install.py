@@ -156,6 +156,16 @@ def _aiohttp(installation: Installation, module: ModuleType) -> bool:
     return adapter.patch(installation.patches, module)
 
 
+def _requests(installation: Installation, module: ModuleType) -> bool:
+    # LLM calls sent with requests (apps calling the APIs directly, google-auth's AuthorizedSession).
+    from .providers import direct
+    from .transport_requests import RequestsAdapter
+
+    calls = direct.DirectCalls(installation.recorder, installation.provider_of)
+    adapter = RequestsAdapter(calls, installation.recorder.settings.wire_phases)
+    return adapter.patch(installation.patches, module)
+
+
 def _retry_loop(installation: Installation, module: ModuleType) -> bool:
     # An SDK read on the wire that retries by itself: its attempts are one call (providers/retries.py).
     from .providers import retries
@@ -191,6 +201,7 @@ _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("httpx", _httpx),
     ("anyio", _anyio),
     ("aiohttp", _aiohttp),
+    ("requests", _requests),
     # The retry loops of SDKs read on the wire (providers/retries.LOOPS).
     ("google.genai._api_client", _retry_loop),
     ("mistralai.client.basesdk", _retry_loop),

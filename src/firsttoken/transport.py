@@ -684,8 +684,14 @@ def patch_flavour(patches: Patches, module: ModuleType) -> bool:
     ok = patches.wrap(name, "Response.read", _read) and ok
     ok = patches.wrap(name, "Response.aread", _aread) and ok
     if ok:
-        patches.wrap("socket", "getaddrinfo", _getaddrinfo)  # once for every flavour: already ours
+        patch_dns(patches)
     return ok
+
+
+def patch_dns(patches: Patches) -> bool:
+    """Time sync DNS lookups (``socket.getaddrinfo``) for the call whose connection sets ``CONNECTING``
+    (once for every client that connects with sockets: already ours the second time)."""
+    return patches.wrap("socket", "getaddrinfo", _getaddrinfo)
 
 
 def patch_async_dns(patches: Patches) -> bool:
