@@ -28,6 +28,7 @@ import http.server
 import importlib.util
 import math
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -466,6 +467,8 @@ def test_exemplars_lead_to_firsttoken_call_spans(run: Run) -> None:
     own = run.sent.spans.get(sc.SCOPE_NAME, set())
     others = set().union(*(ids for scope, ids in run.sent.spans.items() if scope != sc.SCOPE_NAME))
     assert own and others, f"spans by scope: { {k: len(v) for k, v in run.sent.spans.items()} }"
+    counts = re.search(r"(\d+) of (\d+) spans", run.demo_log)
+    dropped = int(counts[2]) - int(counts[1]) if counts else 0
     checked = 0
     for dash in dashboards().values():
         for panel in panels(dash):
@@ -480,7 +483,11 @@ def test_exemplars_lead_to_firsttoken_call_spans(run: Run) -> None:
                     )
                     found[name] = {e["labels"].get("span_id") for series in data for e in series["exemplars"]}
                 assert found["alone"] == found["beside"], panel["title"]
-                assert found["beside"] <= own, (panel["title"], found["beside"] - own)
+                assert not found["beside"] & others, (panel["title"], found["beside"] & others)
+                # A span the demo's bounded flush at Ctrl-C could not deliver on a busy machine (it says how
+                # many) never reached the relay: its exemplar points at firsttoken's span, lost in export.
+                stray = found["beside"] - own
+                assert len(stray) <= dropped, (panel["title"], stray, run.demo_log[-500:])
                 checked += len(found["beside"])
     assert checked > 0
     # Without the selection the duration histogram's exemplars include the others' spans.
