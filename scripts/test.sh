@@ -3,6 +3,7 @@
 # Usage: scripts/test.sh [pytest args for the main run...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+TEST_STARTED=$(date +%s)
 
 PYTHON=${PYTHON:-python3}
 VENV=${FIRSTTOKEN_VENV:-.venv}
@@ -43,46 +44,86 @@ fi
 # The bench HTML report is opened in headless Chromium (Debian's package).
 scripts/install_chromium.sh
 
+# The builds the real-server and real-stack tests need (llama.cpp's llama-server; the Collector,
+# Prometheus, Alertmanager and Jaeger from Go modules) take ~20-30 minutes cold on 2 cores, and most
+# of the suite does not need them: they run in the background, under `nice`, while lint, types, the
+# main pytest run and the other venvs' tests go on, and the tests that need them run after. Cached in
+# ~/.cache/firsttoken/, so a warm run starts them and finds everything built.
+BUILD_LOG=$(mktemp "${TMPDIR:-/tmp}/firsttoken-builds.XXXXXX")
+(
+    scripts/stack/build.sh --for-tests
+    scripts/llama_server.sh --for-tests
+) >"$BUILD_LOG" 2>&1 &
+BUILD_PID=$!
+BUILD_STARTED=$(date +%s)
+echo "==> building the stack and llama-server in the background (pid $BUILD_PID, log $BUILD_LOG)"
+
 # Every step below runs even when an earlier one failed; the script ends with one summary line and
 # exits non-zero when any step failed. Add a step with: run_step NAME COMMAND [ARGS...]
 PASSED=()
 FAILED=()
 run_step() {
-    local name=$1
+    local name=$1 started rc=0
     shift
     echo "==> $name"
-    if "$@"; then
+    started=$(date +%s)
+    "$@" || rc=$?
+    if [ "$rc" -eq 0 ]; then
         PASSED+=("$name")
+        echo "==> $name passed in $(($(date +%s) - started)) s"
     else
-        echo "==> $name FAILED (exit $?)"
+        echo "==> $name FAILED (exit $rc) after $(($(date +%s) - started)) s"
         FAILED+=("$name")
     fi
+}
+# Waits for the background builds, once, and says what they gave.
+wait_for_builds() {
+    if [ -n "${BUILD_PID:-}" ]; then
+        local waited
+        waited=$(date +%s)
+        wait "$BUILD_PID" || true
+        BUILD_PID=""
+        cat "$BUILD_LOG"
+        echo "==> builds done $(($(date +%s) - BUILD_STARTED)) s after they started (waited $(($(date +%s) - waited)) s for them)"
+    fi
+    # tests/real_server run against llama.cpp's llama-server, built once into a cache outside the repo.
+    if scripts/llama_server.sh --check; then export FIRSTTOKEN_REAL_SERVER=required; fi
+    # tests/stack run the Collector, Prometheus, Alertmanager and Jaeger that docker-compose.yml pins,
+    # built once from Go modules into a cache outside the repo. Required when built, and always in CI
+    # (a failed build then fails those tests with one line saying which build and why).
+    if [ "${CI:-}" = "true" ] || scripts/stack/build.sh --check; then export FIRSTTOKEN_STACK=required; fi
 }
 
 run_step ruff "$VENV/bin/ruff" check src tests benchmarks scripts examples
 run_step ruff-format "$VENV/bin/ruff" format --check src tests benchmarks scripts examples
 run_step mypy "$VENV/bin/mypy"
-# tests/real_server run against llama.cpp's llama-server, built once into a cache outside the repo.
-scripts/llama_server.sh --for-tests
-if scripts/llama_server.sh --check; then export FIRSTTOKEN_REAL_SERVER=required; fi
-# tests/stack/test_stack_real.py run the Collector, Prometheus and Alertmanager that docker-compose.yml
-# pins, built once from Go modules into a cache outside the repo. Required when built, and always in
-# CI (a failed build then fails those tests with one line saying which build and why).
-scripts/stack/build.sh --for-tests
-if [ "${CI:-}" = "true" ] || scripts/stack/build.sh --check; then export FIRSTTOKEN_STACK=required; fi
-run_step pytest "$VENV/bin/python" -m pytest -q "$@"
+if [ $# -gt 0 ]; then
+    # Pytest arguments given: one run of what they select, once the builds are there.
+    wait_for_builds
+    run_step pytest "$VENV/bin/python" -m pytest -q "$@"
+else
+    # Everything but the tests that need the builds, while they build.
+    run_step pytest "$VENV/bin/python" -m pytest -q --ignore=tests/stack --ignore=tests/real_server
+fi
 # The SDK-facing tests again, on the oldest openai and anthropic SDKs firsttoken supports.
 run_step pytest-oldest-sdks scripts/compat.sh
 # LangChain, LiteLLM, pydantic-ai and LlamaIndex over the SDKs, in their own venv.
 run_step pytest-frameworks scripts/frameworks.sh
-# firsttoken's own instructions per call under callgrind, against benchmarks/instruction_budget.json.
+if [ $# -eq 0 ]; then
+    wait_for_builds
+    # The real stack (tests/stack) and the real inference server (tests/real_server).
+    run_step pytest-stack "$VENV/bin/python" -m pytest -q tests/stack tests/real_server
+fi
+wait_for_builds
+# firsttoken's own instructions per call under callgrind, against benchmarks/instruction_budget.json
+# (after the builds: on a quiet machine).
 run_step instruction-budget scripts/check_instructions.sh "$VENV"
 # The release: wheel and sdist built and checked; the installed wheel tested on every Python 3.10-3.13 found.
 run_step release scripts/test_release.sh
 
 if [ ${#FAILED[@]} -eq 0 ]; then
-    echo "==> test.sh: all ${#PASSED[@]} steps passed (${PASSED[*]})"
+    echo "==> test.sh: all ${#PASSED[@]} steps passed (${PASSED[*]}) in $(($(date +%s) - TEST_STARTED)) s"
 else
-    echo "==> test.sh: FAILED ${FAILED[*]}; passed ${PASSED[*]:-nothing}"
+    echo "==> test.sh: FAILED ${FAILED[*]}; passed ${PASSED[*]:-nothing}; in $(($(date +%s) - TEST_STARTED)) s"
     exit 1
 fi
