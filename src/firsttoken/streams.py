@@ -134,11 +134,13 @@ async def observe_async(items: AsyncIterator[T], tl: Timeline, observe: Observer
                 internal_error("reading a streamed item failed")
             yield item
     except GeneratorExit:
+        # Only asyncio's finalizer of a dropped generator (or ``shutdown_asyncgens``) gets here. The SDK's
+        # generator is left to the same finalizer, as without firsttoken: it has one of its own, scheduled
+        # in the same pass when both were garbage together, and awaiting its ``aclose()`` here too made
+        # one of the two fail ("aclose(): asynchronous generator is already running") in a task nobody
+        # awaits, which the app's loop reports as an error.
         tl.on_close = None
         abandon(tl)
-        aclose = getattr(items, "aclose", None)
-        if aclose is not None:
-            await aclose()
         raise
     except BaseException as exc:
         end_on_exception(tl, exc)
