@@ -352,3 +352,26 @@ def test_the_held_spans_are_bounded_oldest_dropped_first_and_counted() -> None:
     held.hold(["f"])
     held.give_up()
     assert held.take() == [] and tally.failed["spans"] == 5 and tally.exported["spans"] == 0
+
+
+def test_shutdown_takes_at_most_its_timeout_in_all(sim: Simulator, tmp_path: Path) -> None:
+    """A collector that takes the connection and never answers: ``shutdown(timeout=1)`` returns False within
+    its second, the flush and the providers' shutdown together (each took the whole second before)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # the kernel completes connections; nobody ever reads or answers
+        body = """
+        call()
+        started = time.monotonic()
+        done = firsttoken.shutdown(timeout=1)
+        print("SHUTDOWN", done, time.monotonic() - started, flush=True)
+        """
+        env = _env(sim, f"http://127.0.0.1:{silent.getsockname()[1]}", OTEL_EXPORTER_OTLP_TIMEOUT="10")
+        process = _start(tmp_path, body, env)
+        _, done, took = _wait_line(process, "SHUTDOWN").split()
+        code, err = _finish(process)
+    assert code == 0, err
+    assert done == "False"
+    # The budget, plus half of it for starting the flush threads and ending on a busy machine
+    # (the old code took twice the budget: 1.83-2.0 s).
+    assert float(took) < 1.5, took
