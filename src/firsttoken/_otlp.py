@@ -34,7 +34,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 
 from ._internal import internal_error
-from .config import ENV_SHUTDOWN_TIMEOUT, ConfigError, or_default
+from .config import ENV_SHUTDOWN_TIMEOUT, ConfigError, or_default, redact
 
 log = logging.getLogger("firsttoken")
 
@@ -149,17 +149,26 @@ class ExportTally:
         self.exported: dict[str, int] = {"spans": 0, "metrics": 0}
         self.failed: dict[str, int] = {"spans": 0, "metrics": 0}
         self._on_success: list[Callable[[], None]] = []
+        self._on_spans_lost: list[Callable[[int], None]] = []
 
     def record(self, signal: str, count: int, ok: bool) -> None:
         with self._lock:
             (self.exported if ok else self.failed)[signal] += count
             callbacks = list(self._on_success) if ok else []
+            lost = list(self._on_spans_lost) if not ok and signal == "spans" else []
         for callback in callbacks:
             callback()
+        for on_lost in lost:
+            on_lost(count)
 
     def on_success(self, callback: Callable[[], None]) -> None:
         with self._lock:
             self._on_success.append(callback)
+
+    def on_spans_lost(self, callback: Callable[[int], None]) -> None:
+        """``callback(count)`` whenever spans are given up on (dropped from the held ones, or failed at the end)."""
+        with self._lock:
+            self._on_spans_lost.append(callback)
 
 
 RETRY_SPANS = 8192
@@ -182,10 +191,10 @@ class Held:
     did not (with ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta`` a failed export's points are lost).
     """
 
-    def __init__(self, tally: ExportTally, max_spans: int = RETRY_SPANS, window_s: float = RETRY_WINDOW_S) -> None:
+    def __init__(self, tally: ExportTally, max_spans: int | None = None, window_s: float | None = None) -> None:
         self.tally = tally
-        self.max_spans = max_spans
-        self.window_s = window_s
+        self.max_spans = RETRY_SPANS if max_spans is None else max_spans
+        self.window_s = RETRY_WINDOW_S if window_s is None else window_s
         self._lock = threading.Lock()
         self._batches: deque[tuple[Sequence[Any], float]] = deque()
         self.spans = 0
@@ -345,21 +354,52 @@ class UnreachableFilter(logging.Filter):
 
     def __init__(self, endpoint: str, quiet_s: float = QUIET_S) -> None:
         super().__init__()
-        self.endpoint = endpoint
+        self.endpoint = redact(endpoint)
         self.quiet_s = quiet_s
         self.held_back = 0
         self._lock = threading.Lock()
         self._next_line_at: float | None = None
+        self._lost = 0
 
     def rearm(self) -> None:
+        """An export succeeded: the outage is over. What it cost, if anything, is said now, once."""
         with self._lock:
             self._next_line_at = None
+            lost, self._lost = self._lost, 0
+        if lost:
+            log.warning(
+                "firsttoken: the OTLP collector at %s answers again; %d spans it did not take within %g s were dropped",
+                self.endpoint,
+                lost,
+                RETRY_WINDOW_S,
+            )
+
+    def spans_lost(self, count: int) -> None:
+        """Spans given up on during the outage: counted, and said when it ends (:meth:`rearm`, :meth:`at_exit`)."""
+        with self._lock:
+            self._lost += count
+
+    def at_exit(self, done: bool, budget_s: float) -> None:
+        """The export shut down: one line when anything was dropped (in an outage, or at the end)."""
+        with self._lock:
+            lost, self._lost = self._lost, 0
+        if lost:
+            log.warning(
+                "firsttoken: the OTLP collector at %s did not take %d spans before the exit; they were dropped",
+                self.endpoint,
+                lost,
+            )
+        elif not done:
+            self.report(f"did not take the last spans and metrics within {budget_s:g} s; they were dropped")
 
     def filter(self, record: logging.LogRecord) -> bool:
         reason = _unreachable(record)
         if reason is None:
             return True
-        self.report(f"does not answer ({reason}); spans are held for another try (up to {RETRY_SPANS}) until it does")
+        self.report(
+            f"does not answer ({reason}); spans are held for another try (up to {RETRY_SPANS}, "
+            f"{RETRY_WINDOW_S:g} s each) until it does"
+        )
         return False
 
     def report(self, what: str) -> bool:
@@ -415,12 +455,15 @@ def check_endpoint(
         if raw.lower().startswith(("http://", "https://")):
             return None
         grpc = f"(for a gRPC collector, set {ENV_PROTOCOL}=grpc)"
+        shown = redact(raw)
         if problems is None:
-            raise ConfigError(f"{name}={raw!r} has no scheme: OTLP over HTTP needs a URL such as http://{raw} {grpc}")
+            raise ConfigError(
+                f"{name}={shown!r} has no scheme: OTLP over HTTP needs a URL such as http://{shown} {grpc}"
+            )
         url = f"http://{raw}"
         if name == ENV_ENDPOINT:  # the exporter appends the signal's path to the general endpoint
             url = f"{url.rstrip('/')}/{_SIGNAL_PATHS[signal_env]}"
-        problems.append(f"{name}={raw!r} has no scheme: using http://{raw} (OTLP over HTTP needs a URL) {grpc}")
+        problems.append(f"{name}={shown!r} has no scheme: using http://{shown} (OTLP over HTTP needs a URL) {grpc}")
         return url
     return None
 
@@ -519,8 +562,8 @@ class Export:
             done = self.flush(budget)
         if not done:
             log.debug("firsttoken: the flush at exit gave up after %.1f s", budget)
-            if self.quiet is not None:
-                self.quiet.report(f"did not take the last spans and metrics within {budget:g} s; they were dropped")
+        if self.quiet is not None:
+            self.quiet.at_exit(done, budget)
         self._closed = done
         return done
 
@@ -672,6 +715,7 @@ def providers(
         quiet = UnreachableFilter(endpoint)
         quiet.install()
         tally.on_success(quiet.rearm)
+        tally.on_spans_lost(quiet.spans_lost)
     _start_afresh_in_children(meter_provider, span_exporters)
     export = Export(
         tracer_provider,
