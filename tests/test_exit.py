@@ -375,3 +375,41 @@ def test_shutdown_takes_at_most_its_timeout_in_all(sim: Simulator, tmp_path: Pat
     # The budget, plus half of it for starting the flush threads and ending on a busy machine
     # (the old code took twice the budget: 1.83-2.0 s).
     assert float(took) < 1.5, took
+
+
+def test_a_forked_child_opens_its_own_connections_to_the_collector(sim: Simulator, tmp_path: Path) -> None:
+    """The exporters keep their connections to the collector open; a child forked after the parent exported
+    sends on connections of its own (on the parent's, the two processes' requests interleaved: a receiver
+    got now and then a request made of both), and every request the receiver got is a valid export."""
+    body = """
+    call()
+    print("PARENT", firsttoken.flush(timeout=10), flush=True)
+    sys.stdin.readline()
+    pid = os.fork()
+    if pid == 0:
+        call()
+        os._exit(0 if firsttoken.flush(timeout=10) else 3)
+    _, status = os.waitpid(pid, 0)
+    call()
+    print("AFTER", os.waitstatus_to_exitcode(status), firsttoken.flush(timeout=10), flush=True)
+    """
+    with OtlpSink(keep_alive=True) as sink:
+        process = _start(tmp_path, body, _env(sim, sink.endpoint))
+        try:
+            assert _wait_line(process, "PARENT").split() == ["PARENT", "True"]
+            parents = {port for _, port in sink.senders}  # one connection per signal
+            assert len(sink.senders) == len(parents) == 2, sink.senders
+            assert process.stdin is not None
+            process.stdin.write("fork\n")
+            process.stdin.flush()
+            assert _wait_line(process, "AFTER").split() == ["AFTER", "0", "True"]
+            code, err = _finish(process)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert code == 0, err
+    # The child's two exports came before the parent's next ones (the parent waited for it).
+    childs = {port for _, port in sink.senders[2:4]}
+    assert not childs & parents, f"the child sent on the parent's connections: {sink.senders}"
+    assert not {port for _, port in sink.senders[4:]} & childs, sink.senders  # nor the parent on the child's
+    assert sink.invalid == [] and sink.call_spans == 3

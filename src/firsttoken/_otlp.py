@@ -716,7 +716,7 @@ def providers(
         quiet.install()
         tally.on_success(quiet.rearm)
         tally.on_spans_lost(quiet.spans_lost)
-    _start_afresh_in_children(meter_provider, span_exporters)
+    _start_afresh_in_children(meter_provider, span_exporters, [reader._exporter for reader in readers])
     export = Export(
         tracer_provider,
         meter_provider,
@@ -736,9 +736,17 @@ def held_by(span_exporters: Sequence[Any]) -> list[Held]:
     return [buffer for buffer in buffers if isinstance(buffer, Held)]
 
 
-def _start_afresh_in_children(meter_provider: Any, span_exporters: Sequence[Any]) -> None:
-    """A forked child (a pool worker, a pre-forking server's worker) starts its metrics from zero and holds
-    no span batches of the parent's.
+def _start_afresh_in_children(
+    meter_provider: Any, span_exporters: Sequence[Any], metric_exporters: Sequence[Any] = ()
+) -> None:
+    """A forked child (a pool worker, a pre-forking server's worker) starts its metrics from zero, holds
+    no span batches of the parent's, and opens its own connections to the collector.
+
+    The OTLP exporters keep their connections open between exports, and a child inherits them: the child's
+    requests went out on the parent's socket, interleaving with the parent's own (a receiver saw a request
+    now and then made of both). The child closes its copies (the parent's stay open: closing a forked
+    descriptor closes it in the child only) and connects afresh at its first export; over gRPC it gets a
+    channel of its own (:func:`_fresh_connections`).
 
     The SDK restarts its export threads in a forked child and gives it its own ``service.instance.id``, but
     keeps the parent's cumulative sums (open-telemetry/opentelemetry-python#2767, #4767): every worker
@@ -749,6 +757,7 @@ def _start_afresh_in_children(meter_provider: Any, span_exporters: Sequence[Any]
     providers are the app's (docs/deploy.md)."""
     provider = weakref.ref(meter_provider)
     held = [weakref.ref(buffer) for buffer in held_by(span_exporters)]
+    exporters = [weakref.ref(exporter) for exporter in [*span_exporters, *metric_exporters]]
 
     def in_child() -> None:
         try:
@@ -756,6 +765,10 @@ def _start_afresh_in_children(meter_provider: Any, span_exporters: Sequence[Any]
                 buffer = ref()
                 if buffer is not None:
                     buffer.forget()
+            for ref in exporters:
+                exporter = ref()
+                if exporter is not None:
+                    _fresh_connections(exporter)
             current = provider()
             if current is None:
                 return
@@ -768,6 +781,31 @@ def _start_afresh_in_children(meter_provider: Any, span_exporters: Sequence[Any]
             internal_error("starting metrics afresh in a forked child failed")
 
     os.register_at_fork(after_in_child=in_child)
+
+
+_parents_channels: list[Any] = []
+"""gRPC channels a forked child inherited: kept, never used, closed or collected there (they are the parent's)."""
+
+
+def _fresh_connections(exporter: Any) -> None:
+    """In a forked child: the exporter's pooled connections to the collector are the parent's; close the
+    child's copies, so that its next export connects afresh, or give it a gRPC channel of its own.
+
+    Where the HTTP pool lives depends on the SDK: ``exporter._session`` (a ``requests`` session, up to
+    1.44), ``exporter._client._transport._session`` or ``._pool`` (urllib3's, 1.45)."""
+    reinitialize = getattr(exporter, "_initialize_channel_and_stub", None)
+    if callable(reinitialize):  # gRPC, as the SDK itself reconnects
+        _parents_channels.append(getattr(exporter, "_channel", None))
+        reinitialize()
+        return
+    transport = getattr(getattr(exporter, "_client", None), "_transport", None)
+    for holder in (exporter, transport):
+        session = getattr(holder, "_session", None)
+        if callable(getattr(session, "close", None)):
+            session.close()  # closes each pooled connection; the session stays usable
+        pool = getattr(holder, "_pool", None)
+        if callable(getattr(pool, "clear", None)):
+            pool.clear()
 
 
 _own: Export | None = None
