@@ -687,6 +687,7 @@ def providers(
         span_exporters.append(span_exporter)
 
     readers: list[MetricReader] = []
+    metric_exporters: list[Any] = []
     metrics_timeout = or_default(p, partial(_timeout, ENV_METRICS_TIMEOUT, env), EXPORT_TIMEOUT_S)
     timeout_ms = int(metrics_timeout * 1000)
     export_timeout_ms = or_default(p, partial(_millis, ENV_METRIC_EXPORT_TIMEOUT, env, timeout_ms), timeout_ms)
@@ -696,6 +697,7 @@ def providers(
             if name == "otlp"
             else ConsoleMetricExporter()
         )
+        metric_exporters.append(metric_exporter)
         readers.append(
             PeriodicExportingMetricReader(
                 metric_exporter, export_interval_millis=interval_ms, export_timeout_millis=export_timeout_ms
@@ -716,7 +718,7 @@ def providers(
         quiet.install()
         tally.on_success(quiet.rearm)
         tally.on_spans_lost(quiet.spans_lost)
-    _start_afresh_in_children(meter_provider, span_exporters, [reader._exporter for reader in readers])
+    _start_afresh_in_children(meter_provider, span_exporters, metric_exporters)
     export = Export(
         tracer_provider,
         meter_provider,
@@ -745,8 +747,7 @@ def _start_afresh_in_children(
     The OTLP exporters keep their connections open between exports, and a child inherits them: the child's
     requests went out on the parent's socket, interleaving with the parent's own (a receiver saw a request
     now and then made of both). The child closes its copies (the parent's stay open: closing a forked
-    descriptor closes it in the child only) and connects afresh at its first export; over gRPC it gets a
-    channel of its own (:func:`_fresh_connections`).
+    descriptor closes it in the child only) and connects afresh at its first export (:func:`_fresh_connections`).
 
     The SDK restarts its export threads in a forked child and gives it its own ``service.instance.id``, but
     keeps the parent's cumulative sums (open-telemetry/opentelemetry-python#2767, #4767): every worker
@@ -783,29 +784,21 @@ def _start_afresh_in_children(
     os.register_at_fork(after_in_child=in_child)
 
 
-_parents_channels: list[Any] = []
-"""gRPC channels a forked child inherited: kept, never used, closed or collected there (they are the parent's)."""
-
-
 def _fresh_connections(exporter: Any) -> None:
-    """In a forked child: the exporter's pooled connections to the collector are the parent's; close the
-    child's copies, so that its next export connects afresh, or give it a gRPC channel of its own.
+    """In a forked child: the OTLP/HTTP exporter's pooled connections to the collector are the parent's;
+    close the child's copies, so that its next export connects afresh. (A gRPC channel needs nothing:
+    grpcio's own fork handling gives the child a connection of its own.)
 
-    Where the HTTP pool lives depends on the SDK: ``exporter._session`` (a ``requests`` session, up to
-    1.44), ``exporter._client._transport._session`` or ``._pool`` (urllib3's, 1.45)."""
-    reinitialize = getattr(exporter, "_initialize_channel_and_stub", None)
-    if callable(reinitialize):  # gRPC, as the SDK itself reconnects
-        _parents_channels.append(getattr(exporter, "_channel", None))
-        reinitialize()
-        return
+    Where the pool lives depends on the SDK: ``exporter._session`` (a ``requests`` session, up to 1.44),
+    ``exporter._client._transport._session`` or ``._pool`` (urllib3's, 1.45)."""
     transport = getattr(getattr(exporter, "_client", None), "_transport", None)
     for holder in (exporter, transport):
-        session = getattr(holder, "_session", None)
-        if callable(getattr(session, "close", None)):
-            session.close()  # closes each pooled connection; the session stays usable
-        pool = getattr(holder, "_pool", None)
-        if callable(getattr(pool, "clear", None)):
-            pool.clear()
+        close: Any = getattr(getattr(holder, "_session", None), "close", None)
+        if callable(close):
+            close()  # closes each pooled connection; the session stays usable
+        clear: Any = getattr(getattr(holder, "_pool", None), "clear", None)
+        if callable(clear):
+            clear()
 
 
 _own: Export | None = None
