@@ -157,6 +157,18 @@ def test_anthropic_message_stop_then_close(telemetry: Telemetry, tsim: Simulator
     assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 24
 
 
+def test_anthropic_stop_reason_then_close(telemetry: Telemetry, tsim: Simulator) -> None:
+    """The message_delta carrying the stop reason is the answer's end: only message_stop follows, and
+    LiteLLM, for one, stops reading there (issue 37, item 12)."""
+    stream = _an(tsim).messages.create(model=CLAUDE, max_tokens=64, messages=MESSAGES, stream=True)
+    _read_until(stream, lambda event: event.type == "message_delta" and event.delta.stop_reason is not None)
+    stream.close()
+    a = _end(telemetry)
+    assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 24
+
+
 def test_anthropic_stream_helper_message_stop_then_leave(telemetry: Telemetry, tsim: Simulator) -> None:
     with _an(tsim).messages.stream(model=CLAUDE, max_tokens=64, messages=MESSAGES) as stream:
         _read_until(stream, lambda event: event.type == "message_stop")
@@ -211,8 +223,7 @@ def test_sdk_streams_closed_before_their_terminal_event_are_closed(telemetry: Te
     _read_until(responses, lambda event: event.type == "response.output_text.delta")
     responses.close()
     messages = an.messages.create(model=CLAUDE, max_tokens=64, messages=MESSAGES, stream=True)
-    # message_delta carries the stop reason, but message_stop is the end of the stream.
-    _read_until(messages, lambda event: event.type == "message_delta")
+    _read_until(messages, lambda event: event.type == "content_block_delta")
     messages.close()
     with an.messages.stream(model=CLAUDE, max_tokens=64, messages=MESSAGES) as helper:
         _read_until(helper, lambda event: event.type == "content_block_delta")
@@ -335,7 +346,14 @@ WIRE = [
         "/v1/messages",
         {"model": CLAUDE, "max_tokens": 64, "messages": MESSAGES, "stream": True},
         _typed("message_stop"),
-        _typed("message_delta"),
+        _typed("content_block_delta"),
+    ),
+    (  # where LiteLLM stops reading (issue 37, item 12)
+        "anthropic-stop-reason",
+        "/v1/messages",
+        {"model": CLAUDE, "max_tokens": 64, "messages": MESSAGES, "stream": True},
+        lambda e: _typed("message_delta")(e) and bool(e.get("delta", {}).get("stop_reason")),
+        _typed("content_block_delta"),
     ),
     (
         "gemini",

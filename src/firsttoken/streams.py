@@ -14,8 +14,9 @@ How a streamed call ends:
 * the app drops the stream: a finalizer ends it as ``abandoned`` at the last moment anything was
   seen of the call, not at the moment of garbage collection;
 * but once the stream's terminal event has been read (``Timeline.terminal_seen``, set by the
-  provider's reader: Anthropic's ``message_stop``, the chunk finishing every choice, ``[DONE]``,
-  ``response.completed``, ...), a close or a drop ends it ``completed``: the answer was whole.
+  provider's reader: Anthropic's ``message_delta`` with a stop reason, the chunk finishing every
+  choice, ``[DONE]``, ``response.completed``, ...), a close or a drop ends it ``completed``: the
+  answer was whole.
 
 Finalizers run inside the garbage collector, where taking a lock the interrupted thread already
 holds (the SDK's span processor has some) would deadlock. So they only queue the call; a worker

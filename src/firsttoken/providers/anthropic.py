@@ -181,6 +181,8 @@ def observe_event(tl: Timeline, event: Any, now: int) -> None:
         reason = event.delta.stop_reason
         if reason is not None:
             tl.finish_reasons[0] = reason
+            # The answer is whole (only message_stop follows): closed after it, the call completed.
+            tl.terminal_seen = True
         read_usage(tl, event.usage)
     elif kind == "message_stop":
         tl.terminal_seen = True  # the end of the stream: closed after it, the call completed
@@ -201,9 +203,11 @@ def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
         endpoints.refine(tl)
     elif kind == "message_delta":
         reason = (event.get("delta") or {}).get("stop_reason")
+        read_usage(tl, event.get("usage"))
         if reason:
             tl.finish_reasons[0] = reason
-        read_usage(tl, event.get("usage"))
+            # The answer is whole: LiteLLM, for one, stops reading here, before message_stop.
+            return EVENT_END
     elif kind == "message_stop":
         return EVENT_END
     elif kind == "error":
