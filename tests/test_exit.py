@@ -413,3 +413,43 @@ def test_a_forked_child_opens_its_own_connections_to_the_collector(sim: Simulato
     assert not childs & parents, f"the child sent on the parent's connections: {sink.senders}"
     assert not {port for _, port in sink.senders[4:]} & childs, sink.senders  # nor the parent on the child's
     assert sink.invalid == [] and sink.call_spans == 3
+
+
+def test_a_bare_fork_that_ends_with_os_exit_keeps_its_calls_only_with_a_flush(sim: Simulator, tmp_path: Path) -> None:
+    """``os.fork()`` then ``os._exit()``, with no pool around them: nothing firsttoken can hook runs on the way
+    out (``os._exit`` skips ``atexit`` and every finalizer; a fork hook runs at the fork, not at the exit), so
+    the worker's calls are lost, unless the worker calls ``firsttoken.flush()`` first (docs/deploy.md)."""
+    body = """
+    for flush in (False, True):
+        workers = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                call()
+                if flush:
+                    firsttoken.flush()
+                os._exit(0)
+            workers.append(pid)
+        for pid in workers:
+            os.waitpid(pid, 0)
+        print("ROUND", flush, flush=True)
+        sys.stdin.readline()
+    """
+    with OtlpSink() as sink:
+        process = _start(tmp_path, body, _env(sim, sink.endpoint))
+        try:
+            assert process.stdin is not None
+            _wait_line(process, "ROUND False")
+            assert sink.call_spans == 0  # the three workers are gone, and their calls with them
+            process.stdin.write("\n")
+            process.stdin.flush()
+            _wait_line(process, "ROUND True")
+            assert sink.call_spans == 3
+            process.stdin.write("\n")
+            process.stdin.flush()
+            code, err = _finish(process)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert code == 0, err
+    assert sink.call_spans == 3
