@@ -9,7 +9,7 @@ Completions format.
 
 The app reads up to and including the terminal event, stops there (``break``), and closes the
 stream or response without reading to the end of the body, as LiteLLM does, or drops it. Real SDKs
-(openai, anthropic, google-genai, cohere, mistralai) and plain httpx and aiohttp, over real sockets,
+(openai, anthropic, google-genai, cohere, mistralai) and plain httpx, aiohttp and requests, over real sockets,
 against the simulator.
 """
 
@@ -383,6 +383,18 @@ def _httpx(url: str, body: dict[str, Any], stop: Callable[[Any], bool]) -> None:
         response.close()
 
 
+def _requests(url: str, body: dict[str, Any], stop: Callable[[Any], bool]) -> None:
+    import requests
+
+    response = requests.post(url, json=body, stream=True, timeout=10)
+    for line in response.iter_lines(decode_unicode=True):
+        if stop(_event(line)):
+            break
+    else:
+        raise AssertionError("the stream ended before the event looked for")
+    response.close()
+
+
 async def _aiohttp(url: str, body: dict[str, Any], stop: Callable[[Any], bool]) -> None:
     async with aiohttp.ClientSession() as session:
         response = await session.post(url, json=body)
@@ -394,7 +406,7 @@ async def _aiohttp(url: str, body: dict[str, Any], stop: Callable[[Any], bool]) 
         response.close()
 
 
-@pytest.mark.parametrize("client", ["httpx", "aiohttp"])
+@pytest.mark.parametrize("client", ["httpx", "aiohttp", "requests"])
 @pytest.mark.parametrize(("path", "body", "terminal", "early"), [w[1:] for w in WIRE], ids=[w[0] for w in WIRE])
 def test_on_the_wire(
     telemetry: Telemetry,
@@ -409,6 +421,8 @@ def test_on_the_wire(
         telemetry.exporter.clear()
         if client == "httpx":
             _httpx(tsim.url + path, body, stop)
+        elif client == "requests":
+            _requests(tsim.url + path, body, stop)
         else:
             asyncio.run(_aiohttp(tsim.url + path, body, stop))
         telemetry.settle_abandoned()

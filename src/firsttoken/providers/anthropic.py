@@ -203,11 +203,12 @@ def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
         endpoints.refine(tl)
     elif kind == "message_delta":
         reason = (event.get("delta") or {}).get("stop_reason")
-        read_usage(tl, event.get("usage"))
         if reason:
             tl.finish_reasons[0] = reason
-            # The answer is whole: LiteLLM, for one, stops reading here, before message_stop.
-            return EVENT_END
+            # The answer is whole: closed after it, the call completed (LiteLLM, for one, stops reading
+            # here). The stream still ends at message_stop, which follows (its bytes are the call's too).
+            tl.terminal_seen = True
+        read_usage(tl, event.get("usage"))
     elif kind == "message_stop":
         return EVENT_END
     elif kind == "error":
