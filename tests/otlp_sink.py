@@ -29,9 +29,10 @@ def _attrs(kvs: Any) -> dict[str, Any]:
 
 
 class OtlpSink:
-    """Listens on 127.0.0.1 (``port``) until closed; thread-safe counts of what was posted."""
+    """Listens on 127.0.0.1 (``port``) until closed; thread-safe counts of what was posted, and of what
+    was not a valid OTLP export (``invalid``)."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, *, keep_alive: bool = False) -> None:
         self._lock = threading.Lock()
         self.call_span_ids: list[bytes] = []
         self.end_reasons: list[str] = []
@@ -39,20 +40,47 @@ class OtlpSink:
         self.last: dict[tuple[str, str, tuple[tuple[str, Any], ...]], float] = {}
         """(metric, service.instance.id, attributes) -> the last cumulative value (count or sum)."""
         self.posts = 0
+        self.senders: list[tuple[str, int]] = []
+        """Per request, in order of arrival: its path and the client's port (its connection)."""
+        self.invalid: list[str] = []
+        """What was wrong with each request that was not a valid OTLP export (answered 400)."""
         sink = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            # Keep-alive, as a collector: exporters reuse their connections (off by default: closing the sink
+            # then stops it answering at once, a collector going away).
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
+            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+                with sink._lock:  # a request line or headers that do not parse
+                    sink.invalid.append(f"{code} {message}")
+                super().send_error(code, message, explain)
+
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                encoding = (self.headers.get("Content-Encoding") or "").lower()
-                if encoding == "gzip":
-                    body = gzip.decompress(body)
-                elif encoding == "deflate":
-                    body = zlib.decompress(body)
-                if self.path.endswith("/v1/traces"):
-                    sink._traces(body)
-                elif self.path.endswith("/v1/metrics"):
-                    sink._metrics(body)
+                with sink._lock:
+                    sink.senders.append((self.path, self.client_address[1]))
+                try:
+                    body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                    encoding = (self.headers.get("Content-Encoding") or "").lower()
+                    if encoding == "gzip":
+                        body = gzip.decompress(body)
+                    elif encoding == "deflate":
+                        body = zlib.decompress(body)
+                    if self.path.endswith("/v1/traces"):
+                        sink._traces(body)
+                    elif self.path.endswith("/v1/metrics"):
+                        sink._metrics(body)
+                    else:
+                        raise ValueError(f"unknown path {self.path!r}")
+                except Exception as exc:  # a corrupt body: not an OTLP export
+                    with sink._lock:
+                        sink.invalid.append(f"{self.path}: {exc!r}")
+                    self.send_response(400)
+                    self.send_header("Content-Length", "0")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.close_connection = True
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")

@@ -352,3 +352,104 @@ def test_the_held_spans_are_bounded_oldest_dropped_first_and_counted() -> None:
     held.hold(["f"])
     held.give_up()
     assert held.take() == [] and tally.failed["spans"] == 5 and tally.exported["spans"] == 0
+
+
+def test_shutdown_takes_at_most_its_timeout_in_all(sim: Simulator, tmp_path: Path) -> None:
+    """A collector that takes the connection and never answers: ``shutdown(timeout=1)`` returns False within
+    its second, the flush and the providers' shutdown together (each took the whole second before)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # the kernel completes connections; nobody ever reads or answers
+        body = """
+        call()
+        started = time.monotonic()
+        done = firsttoken.shutdown(timeout=1)
+        print("SHUTDOWN", done, time.monotonic() - started, flush=True)
+        """
+        env = _env(sim, f"http://127.0.0.1:{silent.getsockname()[1]}", OTEL_EXPORTER_OTLP_TIMEOUT="10")
+        process = _start(tmp_path, body, env)
+        _, done, took = _wait_line(process, "SHUTDOWN").split()
+        code, err = _finish(process)
+    assert code == 0, err
+    assert done == "False"
+    # The budget, plus half of it for starting the flush threads and ending on a busy machine
+    # (the old code took twice the budget: 1.83-2.0 s).
+    assert float(took) < 1.5, took
+
+
+def test_a_forked_child_opens_its_own_connections_to_the_collector(sim: Simulator, tmp_path: Path) -> None:
+    """The exporters keep their connections to the collector open; a child forked after the parent exported
+    sends on connections of its own (on the parent's, the two processes' requests interleaved: a receiver
+    got now and then a request made of both), and every request the receiver got is a valid export."""
+    body = """
+    call()
+    print("PARENT", firsttoken.flush(timeout=10), flush=True)
+    sys.stdin.readline()
+    pid = os.fork()
+    if pid == 0:
+        call()
+        os._exit(0 if firsttoken.flush(timeout=10) else 3)
+    _, status = os.waitpid(pid, 0)
+    call()
+    print("AFTER", os.waitstatus_to_exitcode(status), firsttoken.flush(timeout=10), flush=True)
+    """
+    with OtlpSink(keep_alive=True) as sink:
+        process = _start(tmp_path, body, _env(sim, sink.endpoint))
+        try:
+            assert _wait_line(process, "PARENT").split() == ["PARENT", "True"]
+            parents = {port for _, port in sink.senders}  # one connection per signal
+            assert len(sink.senders) == len(parents) == 2, sink.senders
+            assert process.stdin is not None
+            process.stdin.write("fork\n")
+            process.stdin.flush()
+            assert _wait_line(process, "AFTER").split() == ["AFTER", "0", "True"]
+            code, err = _finish(process)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert code == 0, err
+    # The child's two exports came before the parent's next ones (the parent waited for it).
+    childs = {port for _, port in sink.senders[2:4]}
+    assert not childs & parents, f"the child sent on the parent's connections: {sink.senders}"
+    assert not {port for _, port in sink.senders[4:]} & childs, sink.senders  # nor the parent on the child's
+    assert sink.invalid == [] and sink.call_spans == 3
+
+
+def test_a_bare_fork_that_ends_with_os_exit_keeps_its_calls_only_with_a_flush(sim: Simulator, tmp_path: Path) -> None:
+    """``os.fork()`` then ``os._exit()``, with no pool around them: nothing firsttoken can hook runs on the way
+    out (``os._exit`` skips ``atexit`` and every finalizer; a fork hook runs at the fork, not at the exit), so
+    the worker's calls are lost, unless the worker calls ``firsttoken.flush()`` first (docs/deploy.md)."""
+    body = """
+    for flush in (False, True):
+        workers = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                call()
+                if flush:
+                    firsttoken.flush()
+                os._exit(0)
+            workers.append(pid)
+        for pid in workers:
+            os.waitpid(pid, 0)
+        print("ROUND", flush, flush=True)
+        sys.stdin.readline()
+    """
+    with OtlpSink() as sink:
+        process = _start(tmp_path, body, _env(sim, sink.endpoint))
+        try:
+            assert process.stdin is not None
+            _wait_line(process, "ROUND False")
+            assert sink.call_spans == 0  # the three workers are gone, and their calls with them
+            process.stdin.write("\n")
+            process.stdin.flush()
+            _wait_line(process, "ROUND True")
+            assert sink.call_spans == 3
+            process.stdin.write("\n")
+            process.stdin.flush()
+            code, err = _finish(process)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert code == 0, err
+    assert sink.call_spans == 3

@@ -398,7 +398,7 @@ def test_unreachable_messages_become_one_line(caplog: pytest.LogCaptureFixture) 
     said = [r.getMessage() for r in caplog.records if r.name == "firsttoken"]
     assert said == [
         "firsttoken: the OTLP collector at http://collector:4318 does not answer (connection refused); spans are "
-        "held for another try (up to 8192) until it does (said once per outage)"
+        "held for another try (up to 8192, 30 s each) until it does (said once per outage)"
     ]
     assert quiet.held_back == 11
     # After an export succeeds, the next outage is said again.
@@ -428,3 +428,139 @@ def test_tally_counts_what_reached_the_collector_and_what_did_not(monkeypatch: p
     export.tracer_provider.get_tracer("t").start_span("s").end()
     export.close(timeout_s=10)
     assert export.tally.exported["spans"] == 0 and export.tally.failed["spans"] == 1
+
+
+# -- credentials in an endpoint are never printed --------------------------------------------------
+
+SECRETS = ("s3cret", "k3y", "t0ken", "51g")
+
+
+@pytest.fixture
+def fresh_filters() -> None:
+    """Each set-up adds its one-line filter to the exporters' loggers for the life of the process: the
+    filters of the other tests' set-ups, each in its own outage, would say their line instead of this one's."""
+    for name in _otlp._EXPORTER_LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, _otlp.UnreachableFilter)]:
+            logger.removeFilter(old)
+
+
+def _said_no_secret(messages: list[str]) -> None:
+    assert not [m for m in messages if any(secret in m for secret in SECRETS)], messages
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://alice:s3cret@collector:4318", "https://REDACTED@collector:4318"),
+        (
+            "http://c:4318/v1/traces?api_key=k3y&region=eu&X-Amz-Signature=51g#top",
+            "http://c:4318/v1/traces?api_key=REDACTED&region=eu&X-Amz-Signature=REDACTED#top",
+        ),
+        ("alice:s3cret@c:4318/?Token=t0ken&sig=51g&sign=on", "REDACTED@c:4318/?Token=REDACTED&sig=REDACTED&sign=on"),
+        ("http://c:4318/?accessKey=k3y&pass=s3cret&flag", "http://c:4318/?accessKey=REDACTED&pass=REDACTED&flag"),
+        ("http://collector:4318/v1/traces", "http://collector:4318/v1/traces"),
+    ],
+)
+def test_redact_hides_userinfo_and_credential_like_query_values(url: str, shown: str) -> None:
+    from firsttoken.config import redact
+
+    assert redact(url) == shown
+
+
+@pytest.mark.usefixtures("fresh_filters")
+def test_no_message_names_the_credentials_in_an_endpoint(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every message that names the collector: the one line of an outage, and what the exit says was dropped."""
+    url = f"http://alice:s3cret@127.0.0.1:{_refused_port()}/v1/traces?api_key=k3y&region=eu"
+    monkeypatch.setenv(_otlp.ENV_TRACES_ENDPOINT, url)
+    monkeypatch.setenv(_otlp.ENV_TIMEOUT, "0.5")
+    with caplog.at_level(logging.WARNING):
+        export = _otlp.providers(traces=["otlp"], metrics_=[])
+        export.tracer_provider.get_tracer("t").start_span("s").end()
+        export.flush(5)  # refused: held (the SDK's flush says True all the same)
+        export.close(5)
+    said = [r.getMessage() for r in caplog.records]
+    shown = f"http://REDACTED@127.0.0.1:{url.rpartition(':')[2].partition('/')[0]}/v1/traces?api_key=REDACTED&region=eu"
+    assert [m for m in said if shown in m and "does not answer" in m], said
+    assert [m for m in said if shown in m and "did not take 1 spans before the exit" in m], said
+    _said_no_secret(said)
+
+
+def test_the_endpoint_checks_name_no_credentials() -> None:
+    environ = {_otlp.ENV_TRACES_ENDPOINT: "alice:s3cret@collector:4318/v1/traces?token=t0ken"}
+    with pytest.raises(ConfigError) as caught:
+        _otlp.check_endpoint(_otlp.ENV_TRACES_ENDPOINT, "http/protobuf", environ)
+    problems: list[str] = []
+    used = _otlp.check_endpoint(_otlp.ENV_TRACES_ENDPOINT, "http/protobuf", environ, problems)
+    assert used == "http://alice:s3cret@collector:4318/v1/traces?token=t0ken"  # the exporter still gets it whole
+    assert "REDACTED@collector:4318/v1/traces?token=REDACTED" in str(caught.value) and len(problems) == 1
+    _said_no_secret([str(caught.value), *problems])
+
+
+def test_the_demo_names_no_credentials_of_its_server_or_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    from firsttoken.cli import demo
+
+    messages = []
+    for bad in (
+        "ftp://alice:s3cret@h/?key=k3y",
+        "http://alice:s3cret@/?key=k3y",
+        "http://alice:s3cret@h:port/?key=k3y",
+    ):
+        with pytest.raises(demo.UsageError) as caught:
+            demo.check_server_url(bad)
+        messages.append(str(caught.value))
+    monkeypatch.setenv(_otlp.ENV_ENDPOINT, f"http://alice:s3cret@127.0.0.1:{_refused_port()}/?token=t0ken")
+    monkeypatch.setenv(_otlp.ENV_TIMEOUT, "0.5")
+    telemetry = demo._Telemetry()
+    messages.append(telemetry.close(2))
+    assert all("REDACTED" in m for m in messages), messages
+    _said_no_secret(messages)
+
+
+# -- an outage past the hold window ----------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("fresh_filters")
+def test_an_outage_past_the_hold_window_says_once_how_many_spans_were_dropped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spans the collector did not take within the window are dropped: said with their count, once, when
+    it answers again (before, the only line said they were held); and at the exit when it never does."""
+    from .otlp_sink import OtlpSink
+
+    monkeypatch.setattr(_otlp, "RETRY_WINDOW_S", 0.3)  # the hold window, shortened for the test (30 s)
+    port = _refused_port()
+    monkeypatch.setenv(_otlp.ENV_ENDPOINT, f"http://127.0.0.1:{port}")
+    monkeypatch.setenv(_otlp.ENV_TIMEOUT, "0.5")
+    with caplog.at_level(logging.WARNING, logger="firsttoken"):
+        export = _otlp.providers(traces=["otlp"], metrics_=[])
+        tracer = export.tracer_provider.get_tracer("t")
+        for _ in range(3):
+            tracer.start_span("s").end()
+            export.flush(5)  # refused: held
+        time.sleep(0.4)  # the three are past the window now
+        with OtlpSink(port) as sink:
+            tracer.start_span("s").end()
+            assert export.flush(5)
+            assert export.close(5)
+        assert sink.posts == 1
+    said = [r.getMessage() for r in caplog.records if r.name == "firsttoken"]
+    assert [m for m in said if "dropped" in m] == [
+        f"firsttoken: the OTLP collector at http://127.0.0.1:{port} answers again; "
+        "3 spans it did not take within 0.3 s were dropped"
+    ], said
+    assert len(said) == 2, said  # the outage's one line, and this one
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="firsttoken"):
+        export = _otlp.providers(traces=["otlp"], metrics_=[])
+        export.tracer_provider.get_tracer("t").start_span("s").end()
+        export.flush(5)  # refused: held (the SDK's flush says True all the same)
+        export.close(5)
+    said = [r.getMessage() for r in caplog.records if r.name == "firsttoken"]
+    assert [m for m in said if "dropped" in m] == [
+        f"firsttoken: the OTLP collector at http://127.0.0.1:{port} did not take 1 spans before the exit; "
+        "they were dropped"
+    ], said

@@ -9,7 +9,7 @@ Completions format.
 
 The app reads up to and including the terminal event, stops there (``break``), and closes the
 stream or response without reading to the end of the body, as LiteLLM does, or drops it. Real SDKs
-(openai, anthropic, google-genai, cohere, mistralai) and plain httpx and aiohttp, over real sockets,
+(openai, anthropic, google-genai, cohere, mistralai) and plain httpx, aiohttp and requests, over real sockets,
 against the simulator.
 """
 
@@ -157,6 +157,18 @@ def test_anthropic_message_stop_then_close(telemetry: Telemetry, tsim: Simulator
     assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 24
 
 
+def test_anthropic_stop_reason_then_close(telemetry: Telemetry, tsim: Simulator) -> None:
+    """The message_delta carrying the stop reason is the answer's end: only message_stop follows, and
+    LiteLLM, for one, stops reading there (issue 37, item 12)."""
+    stream = _an(tsim).messages.create(model=CLAUDE, max_tokens=64, messages=MESSAGES, stream=True)
+    _read_until(stream, lambda event: event.type == "message_delta" and event.delta.stop_reason is not None)
+    stream.close()
+    a = _end(telemetry)
+    assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 24
+
+
 def test_anthropic_stream_helper_message_stop_then_leave(telemetry: Telemetry, tsim: Simulator) -> None:
     with _an(tsim).messages.stream(model=CLAUDE, max_tokens=64, messages=MESSAGES) as stream:
         _read_until(stream, lambda event: event.type == "message_stop")
@@ -211,8 +223,7 @@ def test_sdk_streams_closed_before_their_terminal_event_are_closed(telemetry: Te
     _read_until(responses, lambda event: event.type == "response.output_text.delta")
     responses.close()
     messages = an.messages.create(model=CLAUDE, max_tokens=64, messages=MESSAGES, stream=True)
-    # message_delta carries the stop reason, but message_stop is the end of the stream.
-    _read_until(messages, lambda event: event.type == "message_delta")
+    _read_until(messages, lambda event: event.type == "content_block_delta")
     messages.close()
     with an.messages.stream(model=CLAUDE, max_tokens=64, messages=MESSAGES) as helper:
         _read_until(helper, lambda event: event.type == "content_block_delta")
@@ -335,7 +346,14 @@ WIRE = [
         "/v1/messages",
         {"model": CLAUDE, "max_tokens": 64, "messages": MESSAGES, "stream": True},
         _typed("message_stop"),
-        _typed("message_delta"),
+        _typed("content_block_delta"),
+    ),
+    (  # where LiteLLM stops reading (issue 37, item 12)
+        "anthropic-stop-reason",
+        "/v1/messages",
+        {"model": CLAUDE, "max_tokens": 64, "messages": MESSAGES, "stream": True},
+        lambda e: _typed("message_delta")(e) and bool(e.get("delta", {}).get("stop_reason")),
+        _typed("content_block_delta"),
     ),
     (
         "gemini",
@@ -365,6 +383,18 @@ def _httpx(url: str, body: dict[str, Any], stop: Callable[[Any], bool]) -> None:
         response.close()
 
 
+def _requests(url: str, body: dict[str, Any], stop: Callable[[Any], bool]) -> None:
+    import requests
+
+    response = requests.post(url, json=body, stream=True, timeout=10)
+    for line in response.iter_lines(decode_unicode=True):
+        if stop(_event(line)):
+            break
+    else:
+        raise AssertionError("the stream ended before the event looked for")
+    response.close()
+
+
 async def _aiohttp(url: str, body: dict[str, Any], stop: Callable[[Any], bool]) -> None:
     async with aiohttp.ClientSession() as session:
         response = await session.post(url, json=body)
@@ -376,7 +406,7 @@ async def _aiohttp(url: str, body: dict[str, Any], stop: Callable[[Any], bool]) 
         response.close()
 
 
-@pytest.mark.parametrize("client", ["httpx", "aiohttp"])
+@pytest.mark.parametrize("client", ["httpx", "aiohttp", "requests"])
 @pytest.mark.parametrize(("path", "body", "terminal", "early"), [w[1:] for w in WIRE], ids=[w[0] for w in WIRE])
 def test_on_the_wire(
     telemetry: Telemetry,
@@ -391,6 +421,8 @@ def test_on_the_wire(
         telemetry.exporter.clear()
         if client == "httpx":
             _httpx(tsim.url + path, body, stop)
+        elif client == "requests":
+            _requests(tsim.url + path, body, stop)
         else:
             asyncio.run(_aiohttp(tsim.url + path, body, stop))
         telemetry.settle_abandoned()

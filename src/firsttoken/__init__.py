@@ -10,6 +10,7 @@ output token and end-to-end latency as spans and metrics::
 from __future__ import annotations
 
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from . import _install
@@ -95,13 +96,17 @@ def flush(timeout: float | None = None) -> bool:
 def shutdown(timeout: float | None = None) -> bool:
     """Flush (as :func:`flush`), stop measuring (as :func:`uninstrument`) and, when firsttoken set up
     export itself, shut its providers down. Providers the app passed or set stay the app's to shut down.
-    Returns whether everything was handed over in time. Never raises.
+    Returns whether everything was handed over in time. Never raises. ``timeout`` (seconds; default
+    ``FIRSTTOKEN_SHUTDOWN_TIMEOUT``) bounds the whole call, the flush and the shutdown together.
 
     Not needed for exits firsttoken sees (normal exit, SIGTERM/SIGINT, worker pools): see docs/deploy.md.
     """
-    done = _install.flush(timeout)
+    # One budget for the whole call: the shutdown gets what the flush left of it.
+    budget = _install.shutdown_budget(timeout)
+    deadline = time.monotonic() + budget
+    done = _install.flush(budget)
     uninstrument()
-    return _install.close_own(timeout) and done
+    return _install.close_own(max(deadline - time.monotonic(), 0.001)) and done
 
 
 def is_instrumented() -> bool:

@@ -329,7 +329,8 @@ def uninstall() -> None:
 # -- flush / shutdown -------------------------------------------------------------------------------
 
 
-def _timeout(timeout: float | None) -> float:
+def shutdown_budget(timeout: float | None) -> float:
+    """Seconds ``flush()`` and ``shutdown()`` may take: ``timeout``, else ``FIRSTTOKEN_SHUTDOWN_TIMEOUT``."""
     from . import _otlp
 
     if timeout is not None:
@@ -358,7 +359,7 @@ def flush(timeout: float | None = None) -> bool:
         # exporters know whether the collector took it.
         ours = own is not None and tracer_provider is own.tracer_provider
         before = own.undelivered() if own is not None and ours else None
-        done = _exit.flush(_timeout(timeout), tracer_provider, meter_provider)
+        done = _exit.flush(shutdown_budget(timeout), tracer_provider, meter_provider)
         if own is not None and before is not None:
             after = own.undelivered()
             done = done and after[:2] == before[:2] and after[2] == 0
@@ -374,7 +375,7 @@ def close_own(timeout: float | None = None) -> bool:
 
     try:
         own = _otlp.own_export()
-        done = own.close(_timeout(timeout)) if own is not None else True
+        done = own.close(shutdown_budget(timeout)) if own is not None else True
         _exit.disarm()
         return done
     except Exception:

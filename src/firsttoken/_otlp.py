@@ -34,7 +34,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 
 from ._internal import internal_error
-from .config import ENV_SHUTDOWN_TIMEOUT, ConfigError, or_default
+from .config import ENV_SHUTDOWN_TIMEOUT, ConfigError, or_default, redact
 
 log = logging.getLogger("firsttoken")
 
@@ -149,17 +149,26 @@ class ExportTally:
         self.exported: dict[str, int] = {"spans": 0, "metrics": 0}
         self.failed: dict[str, int] = {"spans": 0, "metrics": 0}
         self._on_success: list[Callable[[], None]] = []
+        self._on_spans_lost: list[Callable[[int], None]] = []
 
     def record(self, signal: str, count: int, ok: bool) -> None:
         with self._lock:
             (self.exported if ok else self.failed)[signal] += count
             callbacks = list(self._on_success) if ok else []
+            lost = list(self._on_spans_lost) if not ok and signal == "spans" else []
         for callback in callbacks:
             callback()
+        for on_lost in lost:
+            on_lost(count)
 
     def on_success(self, callback: Callable[[], None]) -> None:
         with self._lock:
             self._on_success.append(callback)
+
+    def on_spans_lost(self, callback: Callable[[int], None]) -> None:
+        """``callback(count)`` whenever spans are given up on (dropped from the held ones, or failed at the end)."""
+        with self._lock:
+            self._on_spans_lost.append(callback)
 
 
 RETRY_SPANS = 8192
@@ -182,10 +191,10 @@ class Held:
     did not (with ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta`` a failed export's points are lost).
     """
 
-    def __init__(self, tally: ExportTally, max_spans: int = RETRY_SPANS, window_s: float = RETRY_WINDOW_S) -> None:
+    def __init__(self, tally: ExportTally, max_spans: int | None = None, window_s: float | None = None) -> None:
         self.tally = tally
-        self.max_spans = max_spans
-        self.window_s = window_s
+        self.max_spans = RETRY_SPANS if max_spans is None else max_spans
+        self.window_s = RETRY_WINDOW_S if window_s is None else window_s
         self._lock = threading.Lock()
         self._batches: deque[tuple[Sequence[Any], float]] = deque()
         self.spans = 0
@@ -345,21 +354,52 @@ class UnreachableFilter(logging.Filter):
 
     def __init__(self, endpoint: str, quiet_s: float = QUIET_S) -> None:
         super().__init__()
-        self.endpoint = endpoint
+        self.endpoint = redact(endpoint)
         self.quiet_s = quiet_s
         self.held_back = 0
         self._lock = threading.Lock()
         self._next_line_at: float | None = None
+        self._lost = 0
 
     def rearm(self) -> None:
+        """An export succeeded: the outage is over. What it cost, if anything, is said now, once."""
         with self._lock:
             self._next_line_at = None
+            lost, self._lost = self._lost, 0
+        if lost:
+            log.warning(
+                "firsttoken: the OTLP collector at %s answers again; %d spans it did not take within %g s were dropped",
+                self.endpoint,
+                lost,
+                RETRY_WINDOW_S,
+            )
+
+    def spans_lost(self, count: int) -> None:
+        """Spans given up on during the outage: counted, and said when it ends (:meth:`rearm`, :meth:`at_exit`)."""
+        with self._lock:
+            self._lost += count
+
+    def at_exit(self, done: bool, budget_s: float) -> None:
+        """The export shut down: one line when anything was dropped (in an outage, or at the end)."""
+        with self._lock:
+            lost, self._lost = self._lost, 0
+        if lost:
+            log.warning(
+                "firsttoken: the OTLP collector at %s did not take %d spans before the exit; they were dropped",
+                self.endpoint,
+                lost,
+            )
+        elif not done:
+            self.report(f"did not take the last spans and metrics within {budget_s:g} s; they were dropped")
 
     def filter(self, record: logging.LogRecord) -> bool:
         reason = _unreachable(record)
         if reason is None:
             return True
-        self.report(f"does not answer ({reason}); spans are held for another try (up to {RETRY_SPANS}) until it does")
+        self.report(
+            f"does not answer ({reason}); spans are held for another try (up to {RETRY_SPANS}, "
+            f"{RETRY_WINDOW_S:g} s each) until it does"
+        )
         return False
 
     def report(self, what: str) -> bool:
@@ -415,12 +455,15 @@ def check_endpoint(
         if raw.lower().startswith(("http://", "https://")):
             return None
         grpc = f"(for a gRPC collector, set {ENV_PROTOCOL}=grpc)"
+        shown = redact(raw)
         if problems is None:
-            raise ConfigError(f"{name}={raw!r} has no scheme: OTLP over HTTP needs a URL such as http://{raw} {grpc}")
+            raise ConfigError(
+                f"{name}={shown!r} has no scheme: OTLP over HTTP needs a URL such as http://{shown} {grpc}"
+            )
         url = f"http://{raw}"
         if name == ENV_ENDPOINT:  # the exporter appends the signal's path to the general endpoint
             url = f"{url.rstrip('/')}/{_SIGNAL_PATHS[signal_env]}"
-        problems.append(f"{name}={raw!r} has no scheme: using http://{raw} (OTLP over HTTP needs a URL) {grpc}")
+        problems.append(f"{name}={shown!r} has no scheme: using http://{shown} (OTLP over HTTP needs a URL) {grpc}")
         return url
     return None
 
@@ -519,8 +562,8 @@ class Export:
             done = self.flush(budget)
         if not done:
             log.debug("firsttoken: the flush at exit gave up after %.1f s", budget)
-            if self.quiet is not None:
-                self.quiet.report(f"did not take the last spans and metrics within {budget:g} s; they were dropped")
+        if self.quiet is not None:
+            self.quiet.at_exit(done, budget)
         self._closed = done
         return done
 
@@ -644,6 +687,7 @@ def providers(
         span_exporters.append(span_exporter)
 
     readers: list[MetricReader] = []
+    metric_exporters: list[Any] = []
     metrics_timeout = or_default(p, partial(_timeout, ENV_METRICS_TIMEOUT, env), EXPORT_TIMEOUT_S)
     timeout_ms = int(metrics_timeout * 1000)
     export_timeout_ms = or_default(p, partial(_millis, ENV_METRIC_EXPORT_TIMEOUT, env, timeout_ms), timeout_ms)
@@ -653,6 +697,7 @@ def providers(
             if name == "otlp"
             else ConsoleMetricExporter()
         )
+        metric_exporters.append(metric_exporter)
         readers.append(
             PeriodicExportingMetricReader(
                 metric_exporter, export_interval_millis=interval_ms, export_timeout_millis=export_timeout_ms
@@ -672,7 +717,8 @@ def providers(
         quiet = UnreachableFilter(endpoint)
         quiet.install()
         tally.on_success(quiet.rearm)
-    _start_afresh_in_children(meter_provider, span_exporters)
+        tally.on_spans_lost(quiet.spans_lost)
+    _start_afresh_in_children(meter_provider, span_exporters, metric_exporters)
     export = Export(
         tracer_provider,
         meter_provider,
@@ -692,9 +738,16 @@ def held_by(span_exporters: Sequence[Any]) -> list[Held]:
     return [buffer for buffer in buffers if isinstance(buffer, Held)]
 
 
-def _start_afresh_in_children(meter_provider: Any, span_exporters: Sequence[Any]) -> None:
-    """A forked child (a pool worker, a pre-forking server's worker) starts its metrics from zero and holds
-    no span batches of the parent's.
+def _start_afresh_in_children(
+    meter_provider: Any, span_exporters: Sequence[Any], metric_exporters: Sequence[Any] = ()
+) -> None:
+    """A forked child (a pool worker, a pre-forking server's worker) starts its metrics from zero, holds
+    no span batches of the parent's, and opens its own connections to the collector.
+
+    The OTLP exporters keep their connections open between exports, and a child inherits them: the child's
+    requests went out on the parent's socket, interleaving with the parent's own (a receiver saw a request
+    now and then made of both). The child closes its copies (the parent's stay open: closing a forked
+    descriptor closes it in the child only) and connects afresh at its first export (:func:`_fresh_connections`).
 
     The SDK restarts its export threads in a forked child and gives it its own ``service.instance.id``, but
     keeps the parent's cumulative sums (open-telemetry/opentelemetry-python#2767, #4767): every worker
@@ -705,6 +758,7 @@ def _start_afresh_in_children(meter_provider: Any, span_exporters: Sequence[Any]
     providers are the app's (docs/deploy.md)."""
     provider = weakref.ref(meter_provider)
     held = [weakref.ref(buffer) for buffer in held_by(span_exporters)]
+    exporters = [weakref.ref(exporter) for exporter in [*span_exporters, *metric_exporters]]
 
     def in_child() -> None:
         try:
@@ -712,6 +766,10 @@ def _start_afresh_in_children(meter_provider: Any, span_exporters: Sequence[Any]
                 buffer = ref()
                 if buffer is not None:
                     buffer.forget()
+            for ref in exporters:
+                exporter = ref()
+                if exporter is not None:
+                    _fresh_connections(exporter)
             current = provider()
             if current is None:
                 return
@@ -724,6 +782,23 @@ def _start_afresh_in_children(meter_provider: Any, span_exporters: Sequence[Any]
             internal_error("starting metrics afresh in a forked child failed")
 
     os.register_at_fork(after_in_child=in_child)
+
+
+def _fresh_connections(exporter: Any) -> None:
+    """In a forked child: the OTLP/HTTP exporter's pooled connections to the collector are the parent's;
+    close the child's copies, so that its next export connects afresh. (A gRPC channel needs nothing:
+    grpcio's own fork handling gives the child a connection of its own.)
+
+    Where the pool lives depends on the SDK: ``exporter._session`` (a ``requests`` session, up to 1.44),
+    ``exporter._client._transport._session`` or ``._pool`` (urllib3's, 1.45)."""
+    transport = getattr(getattr(exporter, "_client", None), "_transport", None)
+    for holder in (exporter, transport):
+        close: Any = getattr(getattr(holder, "_session", None), "close", None)
+        if callable(close):
+            close()  # closes each pooled connection; the session stays usable
+        clear: Any = getattr(getattr(holder, "_pool", None), "clear", None)
+        if callable(clear):
+            clear()
 
 
 _own: Export | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
+import urllib.parse
 import warnings
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -376,3 +377,35 @@ def warn(message: str) -> None:
     """One clear warning, reported at the app's line that led to it (``logging.captureWarnings(True)``
     routes it to the app's logs)."""
     warnings.warn(f"firsttoken: {message}", FirstTokenWarning, stacklevel=_app_stacklevel())
+
+
+_SECRET_PARTS = ("key", "token", "secret", "password", "passwd", "pwd", "auth", "credential", "signature", "session")
+_SECRET_NAMES = frozenset({"sig", "pass", "code", "jwt"})
+REDACTED = "REDACTED"
+
+
+def _secret_name(name: str) -> bool:
+    normal = urllib.parse.unquote_plus(name).lower().replace("-", "").replace("_", "")
+    return normal in _SECRET_NAMES or any(part in normal for part in _SECRET_PARTS)
+
+
+def redact(url: str) -> str:
+    """``url`` as a message may name it: the user and password before ``@`` and the values of
+    credential-like query parameters (names containing key, token, secret, password, passwd, pwd,
+    auth, credential, signature or session, or named sig, pass, code or jwt, in any case, ignoring
+    ``-`` and ``_``) replaced by ``REDACTED`` (docs/configuration.md). With or without a scheme."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    rest, hash_, fragment = rest.partition("#")
+    rest, question, query = rest.partition("?")
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = f"{REDACTED}@{authority.rpartition('@')[2]}"
+    if query:
+        params = []
+        for param in query.split("&"):
+            name, eq, _value = param.partition("=")
+            params.append(f"{name}={REDACTED}" if eq and _secret_name(name) else param)
+        query = "&".join(params)
+    return f"{scheme}{sep}{authority}{slash}{path}{question}{query}{hash_}{fragment}"

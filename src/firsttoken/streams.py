@@ -14,8 +14,9 @@ How a streamed call ends:
 * the app drops the stream: a finalizer ends it as ``abandoned`` at the last moment anything was
   seen of the call, not at the moment of garbage collection;
 * but once the stream's terminal event has been read (``Timeline.terminal_seen``, set by the
-  provider's reader: Anthropic's ``message_stop``, the chunk finishing every choice, ``[DONE]``,
-  ``response.completed``, ...), a close or a drop ends it ``completed``: the answer was whole.
+  provider's reader: Anthropic's ``message_delta`` with a stop reason, the chunk finishing every
+  choice, ``[DONE]``, ``response.completed``, ...), a close or a drop ends it ``completed``: the
+  answer was whole.
 
 Finalizers run inside the garbage collector, where taking a lock the interrupted thread already
 holds (the SDK's span processor has some) would deadlock. So they only queue the call; a worker
@@ -134,11 +135,13 @@ async def observe_async(items: AsyncIterator[T], tl: Timeline, observe: Observer
                 internal_error("reading a streamed item failed")
             yield item
     except GeneratorExit:
+        # Only asyncio's finalizer of a dropped generator (or ``shutdown_asyncgens``) gets here. The SDK's
+        # generator is left to the same finalizer, as without firsttoken: it has one of its own, scheduled
+        # in the same pass when both were garbage together, and awaiting its ``aclose()`` here too made
+        # one of the two fail ("aclose(): asynchronous generator is already running") in a task nobody
+        # awaits, which the app's loop reports as an error.
         tl.on_close = None
         abandon(tl)
-        aclose = getattr(items, "aclose", None)
-        if aclose is not None:
-            await aclose()
         raise
     except BaseException as exc:
         end_on_exception(tl, exc)

@@ -190,11 +190,8 @@ class RequestsAdapter:
 
         def on_close(tl: Timeline, response: Any, now: int) -> None:
             tl.response_bytes = _wire_bytes(response, body)
-            feed = body.feed
-            if feed is not None:
-                tl.finish(sc.END_COMPLETED if feed.done else sc.END_CLOSED, now)
-            else:
-                tl.finish(sc.END_CLOSED, now)
+            # Closed after the terminal event (the answer whole), the call completed, as on the other clients.
+            tl.finish(sc.END_COMPLETED if body.feed is not None and tl.terminal_seen else sc.END_CLOSED, now)
 
         tl.on_close = on_close
         watch(response, tl)

@@ -123,14 +123,16 @@ def langchain_astream(sim: Simulator, api: str) -> Seen:
 # -- LiteLLM -----------------------------------------------------------------------------------------
 
 
-def _litellm_args(sim: Simulator, api: str, stream: bool) -> dict[str, Any]:
+def _litellm_args(sim: Simulator, api: str, stream: bool, usage: bool = True) -> dict[str, Any]:
     args: dict[str, Any] = {"messages": [{"role": "user", "content": PROMPT}], "api_key": "anything"}
     if api == "openai":
         args.update(model=f"openai/{OPENAI_MODEL}", api_base=sim.openai_base_url)
     else:
         args.update(model=f"anthropic/{ANTHROPIC_MODEL}", api_base=sim.anthropic_base_url)
     if stream:
-        args.update(stream=True, stream_options={"include_usage": True})
+        args.update(stream=True)
+    if stream and usage:
+        args.update(stream_options={"include_usage": True})
     return args
 
 
@@ -145,6 +147,18 @@ def litellm_completion_stream(sim: Simulator, api: str) -> Seen:
 
     chunks = Chunks()
     for chunk in litellm.completion(**_litellm_args(sim, api, True)):
+        if chunk.choices:
+            chunks.add(chunk.choices[0].delta.content)
+    return chunks.seen()
+
+
+def litellm_completion_stream_plain(sim: Simulator, api: str) -> Seen:
+    """The form most apps write: ``stream=True`` and nothing else. Through Anthropic, LiteLLM stops reading
+    at the message_delta carrying the stop reason, before message_stop (issue 37 item 12)."""
+    import litellm
+
+    chunks = Chunks()
+    for chunk in litellm.completion(**_litellm_args(sim, api, True, usage=False)):
         if chunk.choices:
             chunks.add(chunk.choices[0].delta.content)
     return chunks.seen()
@@ -166,6 +180,19 @@ def litellm_acompletion_stream(sim: Simulator, api: str) -> Seen:
     async def main() -> Seen:
         chunks = Chunks()
         async for chunk in await litellm.acompletion(**_litellm_args(sim, api, True)):
+            if chunk.choices:
+                chunks.add(chunk.choices[0].delta.content)
+        return chunks.seen()
+
+    return asyncio.run(main())
+
+
+def litellm_acompletion_stream_plain(sim: Simulator, api: str) -> Seen:
+    import litellm
+
+    async def main() -> Seen:
+        chunks = Chunks()
+        async for chunk in await litellm.acompletion(**_litellm_args(sim, api, True, usage=False)):
             if chunk.choices:
                 chunks.add(chunk.choices[0].delta.content)
         return chunks.seen()
@@ -260,6 +287,9 @@ CASES: dict[str, Case] = {
     "litellm-anthropic-completion-stream": Case(litellm_completion_stream, "anthropic"),
     "litellm-anthropic-acompletion": Case(litellm_acompletion, "anthropic"),
     "litellm-anthropic-acompletion-stream": Case(litellm_acompletion_stream, "anthropic"),
+    "litellm-openai-completion-stream-plain": Case(litellm_completion_stream_plain, "openai", usage_asked=False),
+    "litellm-anthropic-completion-stream-plain": Case(litellm_completion_stream_plain, "anthropic"),
+    "litellm-anthropic-acompletion-stream-plain": Case(litellm_acompletion_stream_plain, "anthropic"),
     "pydantic-ai-openai-run": Case(pydantic_ai_run, "openai"),
     "pydantic-ai-openai-run-stream": Case(pydantic_ai_run_stream, "openai"),
     "pydantic-ai-anthropic-run": Case(pydantic_ai_run, "anthropic"),

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from .. import semconv as sc
-from ..config import FirstTokenWarning
+from ..config import FirstTokenWarning, redact
 from .bench_html import write_spans_report
 from .report import collect, percentile, render, table, terminal_width, where_the_time_went, wrap
 
@@ -162,14 +162,14 @@ def _default_html() -> str:
 def check_server_url(url: str) -> str:
     """The --server URL, checked as ``firsttoken bench`` checks base URLs; :class:`UsageError` if unusable."""
     if not url.startswith(("http://", "https://")):
-        raise UsageError(f"--server {url!r} must start with http:// or https://")
+        raise UsageError(f"--server {redact(url)!r} must start with http:// or https://")
     try:
         parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - raises on a port that is not a number
     except ValueError as exc:
-        raise UsageError(f"--server {url!r} is not a URL: {exc}") from None
+        raise UsageError(f"--server {redact(url)!r} is not a URL: {exc}") from None
     if not parts.hostname:
-        raise UsageError(f"--server {url!r} names no host")
+        raise UsageError(f"--server {redact(url)!r} names no host")
     return url
 
 
@@ -255,7 +255,7 @@ class _Clients:
             options["timeout"] = timeout
         self.openai = openai.OpenAI(base_url=sim.openai_base_url, api_key=openai_key, **options)
         self.anthropic: Any = None
-        where = f"against {sim.url}" if real else "against the built-in simulator"
+        where = f"against {redact(sim.url)}" if real else "against the built-in simulator"
         #: What the report's title says the calls went through, and to what.
         self.through = f"through the openai SDK {openai.__version__}, {where}"
         anthropic = _anthropic_sdk()
@@ -392,7 +392,7 @@ def _warm_up(sim: Any, model: str | None) -> _WarmUp:
                 try:
                     future.result()
                 except Exception as exc:
-                    why = f"the warm-up call ({kind}) to {sim.url} failed: {_describe(exc)}"
+                    why = f"the warm-up call ({kind}) to {redact(sim.url)} failed: {_describe(exc)}"
                     real = isinstance(sim, _RealServer)
                     if real and kind == "streamed responses" and getattr(exc, "status_code", None) in NOT_THERE:
                         done.no_responses = why
@@ -651,15 +651,16 @@ class _Telemetry:
         done = self.export.close(timeout_s, shutdown=shutdown)
         if not self.endpoint:
             return "Set OTEL_EXPORTER_OTLP_ENDPOINT to also export over OTLP."
+        where = redact(self.endpoint)
         exported, failed = self.export.tally.exported, self.export.tally.failed
         spans, exports = exported["spans"], exported["metrics"]
         metric_exports = exports + failed["metrics"]
         if spans == self.ended and exports == metric_exports and done:
-            return f"Exported over OTLP to {self.endpoint}: all {spans} spans and {exports} metric exports."
+            return f"Exported over OTLP to {where}: all {spans} spans and {exports} metric exports."
         metrics_part = f"{exports} of {metric_exports} metric exports" if metric_exports else "no metric export"
         why = "it did not answer" if spans == 0 and exports == 0 else "it did not take them all in time"
         return (
-            f"NOT all exported over OTLP to {self.endpoint}: {spans} of {self.ended} spans and {metrics_part} "
+            f"NOT all exported over OTLP to {where}: {spans} of {self.ended} spans and {metrics_part} "
             f"reached the collector; the rest were dropped ({why})."
         )
 
@@ -821,7 +822,7 @@ def _exit_code(workload: _Workload, real: bool, width: int) -> int:
     if not outcomes.unexpected:
         return 0
     kinds = "; ".join(f"{n} x {outcomes.first[kind]}" for kind, n in outcomes.failed.items())
-    where = f"against {workload.sim.url} (nothing is injected with --server)" if real else "(not injected)"
+    where = f"against {redact(workload.sim.url)} (nothing is injected with --server)" if real else "(not injected)"
     message = f"{outcomes.unexpected} of {outcomes.done} user actions failed {where}: {kinds}"
     print("\n".join(wrap(f"firsttoken demo: error: {message}", width, subsequent="  ")), file=sys.stderr, flush=True)
     return 1

@@ -181,6 +181,8 @@ def observe_event(tl: Timeline, event: Any, now: int) -> None:
         reason = event.delta.stop_reason
         if reason is not None:
             tl.finish_reasons[0] = reason
+            # The answer is whole (only message_stop follows): closed after it, the call completed.
+            tl.terminal_seen = True
         read_usage(tl, event.usage)
     elif kind == "message_stop":
         tl.terminal_seen = True  # the end of the stream: closed after it, the call completed
@@ -203,6 +205,9 @@ def read_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
         reason = (event.get("delta") or {}).get("stop_reason")
         if reason:
             tl.finish_reasons[0] = reason
+            # The answer is whole: closed after it, the call completed (LiteLLM, for one, stops reading
+            # here). The stream still ends at message_stop, which follows (its bytes are the call's too).
+            tl.terminal_seen = True
         read_usage(tl, event.get("usage"))
     elif kind == "message_stop":
         return EVENT_END
