@@ -5,8 +5,10 @@ scripts/frameworks.sh installs them in their own venv. Each case is one LLM call
 app makes it, run twice on a fresh simulator with the same seed: without firsttoken, then with.
 
 * one firsttoken call span for the one request the simulator served;
-* TTFT within 2 ms of the app's own first content chunk (span start + TTFT against the wall clock
-  at the chunk the app receives: the framework's own work between the SDK and the app lies inside);
+* TTFT within half a chunk's spacing of the app's own first content chunk (span start + TTFT against
+  the wall clock at the chunk the app receives: the framework's own work between the SDK and the app
+  lies inside, so the bound must leave room for it on a busy machine and still tell the first chunk
+  from the second);
 * tokens equal to what the simulator served where the request asked for usage;
 * a stream read to its end ends ``completed``;
 * the app gets the same output with and without firsttoken.
@@ -45,11 +47,14 @@ if _missing:
         raise ImportError(f"frameworks missing: {', '.join(_missing)}")
     pytest.skip(f"frameworks not installed ({', '.join(_missing)}): scripts/frameworks.sh", allow_module_level=True)
 
-LATENCY = LatencyModel(queue_ms=20, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=400, jitter=0, output_tokens=24)
+LATENCY = LatencyModel(queue_ms=20, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=50, jitter=0, output_tokens=12)
+# Chunks 20 ms apart (50 tokens/s): a TTFT taken at the second chunk instead of the first is 20 ms off.
+# The bound is half of that: LiteLLM's own per-chunk work between the SDK and the app measured 3-8 ms
+# on 2 busy cores, over the 2 ms bound these cases had at 400 tokens/s (2.5 ms apart).
 PROMPT = "Say something short."
 OPENAI_MODEL = "gpt-4o-mini"
 ANTHROPIC_MODEL = "claude-3-5-haiku-latest"
-TTFT_BOUND_S = 0.002
+TTFT_BOUND_S = 0.010
 
 
 @dataclass
