@@ -44,7 +44,7 @@ def make_server(
     max_body: int = DEFAULT_MAX_BODY,
 ) -> ViewServer:
     """The viewer, bound and ready (``serve_forever()`` to run it; ``server_close()`` and ``store.close()``)."""
-    from ..cli.bench_html import plotly_js
+    from ..charts import plotly_js
 
     path = db or default_db()
     if path != ":memory:":

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .. import semconv as sc
-from ..cli.palette import phase_colour, phase_order
+from ..charts import phase_colour, phase_order
 from . import _otlp
 from ._page import render
 from ._store import FUTURE_S, GROUPS, Store

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import semconv as sc
-from ..cli.report import percentile
+from ..charts import percentile
 from ._otlp import SpanRecord
 
 SCHEMA = """
