@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -131,7 +130,7 @@ class ViewServer(ThreadingHTTPServer):
 
     # -- memory: what bodies may be held and decoded at once --------------------------------------------
 
-    @contextmanager
+    @contextlib.contextmanager
     def holding(self, length: int) -> Iterator[None]:
         """Room to hold a body of ``length`` bytes: large bodies share ``2 * max_body``."""
         if length <= SMALL:
@@ -151,7 +150,7 @@ class ViewServer(ThreadingHTTPServer):
                 self._large_bytes -= length
                 self._room.notify_all()
 
-    @contextmanager
+    @contextlib.contextmanager
     def decoding(self, large: bool) -> Iterator[None]:
         """A turn to decode: ``SMALL_DECODES`` small requests at once, one large one."""
         gate = self._large_decode if large else self._small_decodes
