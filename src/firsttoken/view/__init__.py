@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from ._otlp import BadRequest, SpanRecord, Unsupported, parse_traces
-from ._server import IDLE_S, MAX_CONNECTIONS, ViewServer
+from ._server import IDLE_S, MAX_CONNECTIONS, WAIT_S, ViewServer
 from ._store import MAX_BYTES, Store
 
 DEFAULT_HOST = "127.0.0.1"
@@ -45,6 +45,7 @@ def make_server(
     max_bytes: int = MAX_BYTES,
     max_connections: int = MAX_CONNECTIONS,
     idle_s: float = IDLE_S,
+    wait_s: float = WAIT_S,
 ) -> ViewServer:
     """The viewer, bound and ready (``serve_forever()`` to run it; ``server_close()`` and ``store.close()``)."""
     from ..charts import plotly_js
@@ -61,6 +62,7 @@ def make_server(
         plotly_js=plotly_js(),
         max_connections=max_connections,
         idle_s=idle_s,
+        wait_s=wait_s,
     )
 
 

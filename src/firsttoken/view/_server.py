@@ -72,11 +72,13 @@ class ViewServer(ThreadingHTTPServer):
         plotly_js: str,
         max_connections: int = MAX_CONNECTIONS,
         idle_s: float = IDLE_S,
+        wait_s: float = WAIT_S,
     ) -> None:
         self.store = store
         self.max_body = max_body
         self.max_connections = max_connections
         self.idle_s = idle_s
+        self.wait_s = wait_s
         self.received_spans = 0
         self.rejected = 0
         self._plotly_js = plotly_js
@@ -136,7 +138,7 @@ class ViewServer(ThreadingHTTPServer):
         if length <= SMALL:
             yield
             return
-        deadline = time.monotonic() + WAIT_S
+        deadline = time.monotonic() + self.wait_s
         with self._room:
             while self._large_bytes + length > 2 * self.max_body:
                 left = deadline - time.monotonic()
@@ -154,7 +156,7 @@ class ViewServer(ThreadingHTTPServer):
     def decoding(self, large: bool) -> Iterator[None]:
         """A turn to decode: ``SMALL_DECODES`` small requests at once, one large one."""
         gate = self._large_decode if large else self._small_decodes
-        if not gate.acquire(timeout=WAIT_S):
+        if not gate.acquire(timeout=self.wait_s):
             raise Busy("the viewer is decoding as many requests as it may: retry")
         try:
             yield
