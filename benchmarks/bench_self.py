@@ -90,9 +90,9 @@ def driver(base_url: str, requests: int, concurrency: int) -> None:
 
     import firsttoken
     from firsttoken import semconv as sc
+    from firsttoken.charts import percentile
     from firsttoken.cli.bench import build_parser, build_prompts
     from firsttoken.cli.bench_run import Target, call_factory, consume
-    from firsttoken.cli.report import percentile
 
     spans = InMemorySpanExporter()
     provider = TracerProvider()

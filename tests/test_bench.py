@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
+from firsttoken.charts import percentile
 from firsttoken.cli.bench import SDK_REQUIREMENT
-from firsttoken.cli.report import percentile
 from firsttoken.sim import LatencyModel, Simulator
 
 from .jitter import SchedulerProbe

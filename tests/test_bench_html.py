@@ -217,7 +217,7 @@ def drawn_charts(report_html: Path, tmp_path: Path) -> list[dict[str, Any]]:
 
 def assert_one_colour_per_phase(charts: list[dict[str, Any]]) -> int:
     """Every phase has its palette colour in every waterfall; within a chart no two phases share one."""
-    from firsttoken.cli.palette import PHASE_COLOURS, phase_colour
+    from firsttoken.charts import PHASE_COLOURS, phase_colour
 
     waterfalls = [c for c in charts if c["id"].startswith("waterfall")]
     assert waterfalls

@@ -172,7 +172,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("headers", "transport", "transport_aiohttp", "transport_requests"),  # the HTTP client adapters, the header table
     ("providers",),  # wire formats, the call lifecycle, the SDK hooks, the wire path
     ("_install", "_exit", "_coexist", "instrumentor", "app", "race"),  # the instrumentation and what the app calls
-    ("firsttoken", "__main__", "cli", "view"),  # the public API, the command line, the viewer
+    ("charts",),  # what the reports and the viewer draw with
+    ("view",),  # the viewer: the command line starts it, it reaches up into nothing
+    ("firsttoken", "__main__", "cli"),  # the public API, the command line
 )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from firsttoken import view
-from firsttoken.cli.palette import phase_colour
+from firsttoken.charts import phase_colour
 
 from .test_bench_html import run_browser
 

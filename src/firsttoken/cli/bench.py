@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .bench_html import ReportError, write_html
+from ..charts import ReportError
+from .bench_html import write_html
 from .bench_out import (
     compare,
     race_summary,

@@ -13,20 +13,8 @@ import json
 import time
 from typing import Any
 
+from ..charts import ReportError, phase_colour, phase_order, plotly_js
 from .bench_out import at_percentile, document_from_spans, verdict
-from .palette import phase_colour, phase_order
-
-
-class ReportError(Exception):
-    """The HTML report cannot be written (its chart library is missing)."""
-
-
-def plotly_js() -> str:
-    try:
-        from plotly.offline import get_plotlyjs  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    except ImportError:
-        raise ReportError("the HTML report needs plotly: pip install 'plotly>=5.20' (firsttoken's cli extra)") from None
-    return str(get_plotlyjs())
 
 
 def _cdf(values: list[float]) -> tuple[list[float], list[float]]:

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import semconv as sc
+from ..charts import percentile
 from .bench_run import SETUP_PHASES, Collector, Sample, fill, is_call
-from .report import DEFAULT_WIDTH, pack, percentile, wrap
+from .report import DEFAULT_WIDTH, pack, wrap
 
 QUANTILES = (50, 90, 95, 99)
 METRICS = (

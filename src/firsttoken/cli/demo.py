@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from .. import semconv as sc
+from ..charts import percentile
 from ..config import FirstTokenWarning, redact
 from .bench_html import write_spans_report
-from .report import collect, percentile, render, table, terminal_width, where_the_time_went, wrap
+from .report import collect, render, table, terminal_width, where_the_time_went, wrap
 
 # Latency profiles: fast and slow OpenAI-style models, a reasoning one, an open-weights one behind
 # an OpenAI-compatible API that reports its server timing, and two Anthropic-style ones.

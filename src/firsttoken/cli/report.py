@@ -6,7 +6,6 @@ that would not fit are split, and text wraps between values, never inside one.
 
 from __future__ import annotations
 
-import math
 import shutil
 import textwrap
 from collections.abc import Iterable, Sequence
@@ -14,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import semconv as sc
+from ..charts import percentile
 
 P95_MIN_CALLS = 20
 """Below this many calls a p95 is the slowest call or next to it (1 in 20 calls is slower)."""
@@ -28,17 +28,6 @@ MIN_WIDTH = 72
 def terminal_width() -> int:
     """The terminal's columns (``COLUMNS`` first), :data:`DEFAULT_WIDTH` without a terminal."""
     return max(MIN_WIDTH, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (q in [0, 100]) of unsorted values; None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def wrap(text: str, width: int, *, indent: str = "", subsequent: str | None = None) -> list[str]:

@@ -45,6 +45,12 @@ def main(argv: list[str]) -> int:
         "--max-calls", type=_positive(int, "--max-calls"), default=200_000, help="keep at most this many calls"
     )
     parser.add_argument(
+        "--max-db-mb",
+        type=_positive(float, "--max-db-mb"),
+        default=1024.0,
+        help="keep the database's pages in use under this size; the oldest calls go first (1024 MB)",
+    )
+    parser.add_argument(
         "--max-body-mb", type=_positive(float, "--max-body-mb"), default=16.0, help="largest OTLP request (16 MB)"
     )
     args = parser.parse_args(argv)
@@ -63,6 +69,7 @@ def main(argv: list[str]) -> int:
             db=args.db,
             max_age_s=args.max_age_hours * 3600,
             max_calls=args.max_calls,
+            max_bytes=int(args.max_db_mb * 1024 * 1024),
             max_body=int(args.max_body_mb * 1024 * 1024),
         )
     except OSError as exc:

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from ._otlp import BadRequest, SpanRecord, Unsupported, parse_traces
-from ._server import ViewServer
-from ._store import Store
+from ._server import IDLE_S, MAX_CONNECTIONS, WAIT_S, ViewServer
+from ._store import MAX_BYTES, Store
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4318  # OTLP/HTTP's: an app with firsttoken's default set-up sends here without a setting
@@ -42,16 +42,28 @@ def make_server(
     max_age_s: float = 7 * 86400,
     max_calls: int = 200_000,
     max_body: int = DEFAULT_MAX_BODY,
+    max_bytes: int = MAX_BYTES,
+    max_connections: int = MAX_CONNECTIONS,
+    idle_s: float = IDLE_S,
+    wait_s: float = WAIT_S,
 ) -> ViewServer:
     """The viewer, bound and ready (``serve_forever()`` to run it; ``server_close()`` and ``store.close()``)."""
-    from ..cli.bench_html import plotly_js
+    from ..charts import plotly_js
 
     path = db or default_db()
     if path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    store = Store(path, max_age_s=max_age_s, max_calls=max_calls)
+    store = Store(path, max_age_s=max_age_s, max_calls=max_calls, max_bytes=max_bytes)
     store.trim()
-    return ViewServer((host, port), store, max_body=max_body, plotly_js=plotly_js())
+    return ViewServer(
+        (host, port),
+        store,
+        max_body=max_body,
+        plotly_js=plotly_js(),
+        max_connections=max_connections,
+        idle_s=idle_s,
+        wait_s=wait_s,
+    )
 
 
 __all__ = [

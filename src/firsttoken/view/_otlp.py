@@ -65,49 +65,61 @@ def _attributes(kvs: Any) -> dict[str, Any]:
     return {kv.key: _value(kv.value) for kv in kvs}
 
 
-def _hex_to_base64(obj: Any) -> Any:
-    """OTLP's JSON encoding writes trace and span ids as hex, where protobuf's JSON mapping wants base64."""
+def _hex_to_base64(obj: Any) -> None:
+    """OTLP's JSON encoding writes trace and span ids as hex, where protobuf's JSON mapping wants base64:
+    rewritten in place (a copy of the decoded tree would double what the request costs)."""
     if isinstance(obj, dict):
-        out = {}
         for key, value in obj.items():
             if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str) and value:
                 try:
-                    value = base64.b64encode(bytes.fromhex(value)).decode()
+                    obj[key] = base64.b64encode(bytes.fromhex(value)).decode()
                 except ValueError:
                     raise BadRequest(f"{key} {value!r} is not hex (OTLP/JSON writes ids as hex)") from None
-            out[key] = _hex_to_base64(value)
-        return out
-    if isinstance(obj, list):
-        return [_hex_to_base64(x) for x in obj]
-    return obj
+            else:
+                _hex_to_base64(value)
+    elif isinstance(obj, list):
+        for item in obj:
+            _hex_to_base64(item)
 
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+_PIECE = 1 << 14
+"""Compressed bytes fed to the inflater at a time: when a gzip member ends, what follows it in the piece
+(``unused_data``, a copy) is at most this long, so a body of many members costs time linear in its size."""
 
 
 def decode_body(body: bytes, encoding: str | None, limit: int) -> bytes:
     """The body inflated, stopping as soon as it passes ``limit`` bytes (a small gzip body can inflate
-    a thousandfold: nothing past the limit is ever held). gzip may have several members."""
+    a thousandfold: nothing past the limit is ever held). gzip may have several members, and NUL
+    padding after the last."""
     encoding = (encoding or "identity").strip().lower()
     if encoding == "identity":
+        if len(body) > limit:
+            raise TooLarge(f"the body is {len(body)} bytes, over the viewer's limit of {limit} bytes")
         return body
     if encoding not in _WBITS:
         raise Unsupported(f"content-encoding {encoding!r} is not supported (gzip, deflate or none)")
     out = bytearray()
-    rest = body
+    view = memoryview(body)
+    at, end = 0, len(body)
     try:
         while True:
             inflater = zlib.decompressobj(_WBITS[encoding])
-            out += inflater.decompress(rest, limit + 1 - len(out))
-            if len(out) > limit:
-                raise TooLarge(f"the body inflates past the viewer's limit of {limit} bytes")
-            if not inflater.eof:
-                if inflater.unconsumed_tail:  # exactly at the limit with more to come
+            while not inflater.eof:
+                if at >= end:
+                    raise BadRequest(f"the body is not valid {encoding}: it ends early")
+                piece = view[at : at + _PIECE]
+                # At most one byte past the limit: short of that, the inflater took the whole piece.
+                out += inflater.decompress(piece, limit + 1 - len(out))
+                if len(out) > limit:
                     raise TooLarge(f"the body inflates past the viewer's limit of {limit} bytes")
-                raise BadRequest(f"the body is not valid {encoding}: it ends early")
-            rest = inflater.unused_data
-            if encoding != "gzip" or not rest.strip(b"\0"):
+                at += len(piece) - len(inflater.unused_data)
+            if encoding != "gzip" or at == end:
                 return bytes(out)
+            if body[at] == 0:  # no member starts with a NUL: padding, which must run to the end
+                if body.count(b"\0", at) == end - at:
+                    return bytes(out)
+                raise BadRequest("the body is not valid gzip: data after the NUL padding")
     except zlib.error as exc:
         raise BadRequest(f"the body is not valid {encoding}: {exc}") from None
 
@@ -130,7 +142,8 @@ def _parse(message: Any, body: bytes, content_type: str | None) -> Any:
         if not isinstance(data, dict):
             raise BadRequest("an OTLP/JSON request is an object")
         try:
-            json_format.ParseDict(_hex_to_base64(data), message, ignore_unknown_fields=True)
+            _hex_to_base64(data)
+            json_format.ParseDict(data, message, ignore_unknown_fields=True)
         except json_format.ParseError as exc:
             raise BadRequest(f"not an OTLP/JSON request: {exc}") from None
         except RecursionError:

@@ -3,16 +3,22 @@ page (``GET /``) and its JSON API (``GET /api/...``), on one port."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import re
+import socket
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .. import semconv as sc
-from ..cli.palette import phase_colour, phase_order
+from ..charts import phase_colour, phase_order
 from . import _otlp
 from ._page import render
 from ._store import FUTURE_S, GROUPS, Store
@@ -24,20 +30,138 @@ DRAIN_MAX = 256 * 1024 * 1024
 """A body over the limit is still read (and dropped) up to this many bytes before the 413, so that a
 client that sends it all before reading the answer gets the 413 rather than a reset connection."""
 _CHUNK = 1 << 16
+MAX_CONNECTIONS = 64
+"""Connections served at once (one thread each). A new one past this closes the connection that has
+waited longest for a request (idle, or sending one slowly); with none waiting, the new one is closed."""
+IDLE_S = 30.0
+"""A connection that sends nothing for this long is closed."""
+SMALL = 1 << 20
+"""Bodies up to this size, on the wire and inflated, are decoded up to ``SMALL_DECODES`` at a time; larger
+ones one at a time, and their wire bytes are held within ``2 * max_body`` in all."""
+SMALL_DECODES = 4
+JSON_SHARE = 8
+"""An OTLP/JSON request may inflate to ``max_body / JSON_SHARE`` (2 MB by default): Python's JSON decoder
+makes up to ~40 bytes of objects per byte, protobuf's parser ~30 (docs/view.md has the figures)."""
+WAIT_S = 20.0
+"""How long a request waits for its turn to be decoded before a 503 (the sender retries)."""
+_LENGTH = re.compile(r"\s*[0-9]+\s*")
+
+
+class Busy(Exception):
+    """The receiver is decoding as much as it may hold: a 503, and the sender retries."""
+
+
+@dataclass
+class _Connection:
+    sock: socket.socket
+    waiting_since: float
+    busy: bool = False
 
 
 class ViewServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], store: Store, *, max_body: int, plotly_js: str) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        store: Store,
+        *,
+        max_body: int,
+        plotly_js: str,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_s: float = IDLE_S,
+        wait_s: float = WAIT_S,
+    ) -> None:
         self.store = store
         self.max_body = max_body
+        self.max_connections = max_connections
+        self.idle_s = idle_s
+        self.wait_s = wait_s
         self.received_spans = 0
         self.rejected = 0
         self._plotly_js = plotly_js
         self._page: bytes | None = None
+        self._lock = threading.Lock()
+        self._connections: dict[socket.socket, _Connection] = {}
+        self._room = threading.Condition()
+        self._large_bytes = 0
+        self._small_decodes = threading.BoundedSemaphore(SMALL_DECODES)
+        self._large_decode = threading.BoundedSemaphore(1)
         super().__init__(address, Handler)
+
+    # -- connections: a bounded number, the longest-waiting one dropped for a new one ------------------
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        victim: _Connection | None = None
+        refused = False
+        with self._lock:
+            if len(self._connections) >= self.max_connections:
+                waiting = [c for c in self._connections.values() if not c.busy]
+                if waiting:
+                    victim = min(waiting, key=lambda c: c.waiting_since)
+                    del self._connections[victim.sock]
+                else:
+                    refused = True
+            if not refused:
+                self._connections[request] = _Connection(request, time.monotonic())
+        if refused:
+            log.debug("firsttoken view: %d connections busy: %s refused", self.max_connections, client_address[0])
+            self.shutdown_request(request)
+            return
+        if victim is not None:
+            log.debug("firsttoken view: %d connections: the longest waiting one closed", self.max_connections)
+            with contextlib.suppress(OSError):
+                victim.sock.shutdown(socket.SHUT_RDWR)  # its thread reads the end and finishes
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            self._connections.pop(request, None)
+        super().shutdown_request(request)
+
+    def mark(self, sock: socket.socket, *, busy: bool) -> None:
+        """A connection starts waiting for a request (it may be dropped for a new one), or is being answered."""
+        with self._lock:
+            connection = self._connections.get(sock)
+            if connection is not None:
+                connection.busy = busy
+                if not busy:
+                    connection.waiting_since = time.monotonic()
+
+    # -- memory: what bodies may be held and decoded at once --------------------------------------------
+
+    @contextlib.contextmanager
+    def holding(self, length: int) -> Iterator[None]:
+        """Room to hold a body of ``length`` bytes: large bodies share ``2 * max_body``."""
+        if length <= SMALL:
+            yield
+            return
+        deadline = time.monotonic() + self.wait_s
+        with self._room:
+            while self._large_bytes + length > 2 * self.max_body:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._room.wait(left):
+                    raise Busy("the viewer holds as many large bodies as it may: retry")
+            self._large_bytes += length
+        try:
+            yield
+        finally:
+            with self._room:
+                self._large_bytes -= length
+                self._room.notify_all()
+
+    @contextlib.contextmanager
+    def decoding(self, large: bool) -> Iterator[None]:
+        """A turn to decode: ``SMALL_DECODES`` small requests at once, one large one."""
+        gate = self._large_decode if large else self._small_decodes
+        if not gate.acquire(timeout=self.wait_s):
+            raise Busy("the viewer is decoding as many requests as it may: retry")
+        try:
+            yield
+        finally:
+            gate.release()
 
     @property
     def url(self) -> str:
@@ -99,11 +223,28 @@ class Handler(BaseHTTPRequestHandler):
     server: ViewServer
     protocol_version = "HTTP/1.1"
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.idle_s)  # a connection that sends nothing this long is closed
+
+    def handle_one_request(self) -> None:
+        self.server.mark(self.connection, busy=False)
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        # The request line is in: its wait counts from now (a slow sender's from when it began).
+        self.server.mark(self.connection, busy=False)
+        return super().parse_request()
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def _send(
+        self, status: int, body: bytes, content_type: str = "application/json", *, retry_after: bool = False
+    ) -> None:
         self.send_response(status)
+        if retry_after:
+            self.send_header("Retry-After", "1")
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -120,34 +261,56 @@ class Handler(BaseHTTPRequestHandler):
         if path not in ("/v1/traces", "/v1/metrics", "/v1/logs"):
             self._error(404, f"no such endpoint {path!r}: OTLP/HTTP goes to /v1/traces, /v1/metrics, /v1/logs")
             return
-        try:
-            length = int(self.headers.get("Content-Length") or "")
-        except ValueError:
+        given = self.headers.get("Content-Length")
+        if given is None:
             self._error(411, "a Content-Length is required")
             self.close_connection = True
             return
+        if not _LENGTH.fullmatch(given):
+            self._error(400, f"Content-Length {given[:40]!r} is not a number of bytes")
+            self.close_connection = True
+            return
+        length = int(given)
         if length > self.server.max_body:
             self._drain(length)
             self._error(413, f"the body is {length} bytes, over the viewer's limit of {self.server.max_body}")
             self.close_connection = True
             return
-        body = self.rfile.read(length)
-        content_type = self.headers.get("Content-Type")
-        refused = 0
         try:
-            raw = _otlp.decode_body(body, self.headers.get("Content-Encoding"), self.server.max_body)
-            if path == "/v1/traces":
-                records = _otlp.parse_traces(raw, content_type)
-                before = self.server.store.refused_future
-                self.server.store.add(records)
-                self.server.received_spans += len(records)
-                refused = self.server.store.refused_future - before
-            elif path == "/v1/metrics":
-                _otlp.parse_metrics(raw, content_type)
-            elif (content_type or "").split(";")[0].strip().lower() not in (_otlp.PROTOBUF, _otlp.JSON):
-                raise _otlp.Unsupported(f"content-type {content_type!r}")
+            with self.server.holding(length):
+                body = self.rfile.read(length)
+                if len(body) < length:  # the client left part way
+                    self.close_connection = True
+                    return
+                self.server.mark(self.connection, busy=True)
+                self._receive(path, body)
+        except Busy as exc:
+            self.close_connection = True
+            self._send(503, json.dumps({"code": 503, "message": str(exc)}).encode(), retry_after=True)
+
+    def _receive(self, path: str, body: bytes) -> None:
+        content_type = self.headers.get("Content-Type")
+        encoding = self.headers.get("Content-Encoding")
+        json_body = (content_type or "").split(";", 1)[0].strip().lower() == _otlp.JSON
+        limit = self.server.max_body // JSON_SHARE if json_body else self.server.max_body
+        try:
+            raw = None
+            if len(body) <= SMALL:
+                with self.server.decoding(large=False):
+                    try:
+                        raw = _otlp.decode_body(body, encoding, min(SMALL, limit))
+                    except _otlp.TooLarge:
+                        if limit <= SMALL:
+                            raise
+                    if raw is not None:
+                        refused = self._store(path, raw, content_type)
+            if raw is None:
+                with self.server.decoding(large=True):
+                    raw = _otlp.decode_body(body, encoding, limit)
+                    refused = self._store(path, raw, content_type)
         except _otlp.TooLarge as exc:
-            self._error(413, str(exc))
+            said = f" (OTLP/JSON: 1/{JSON_SHARE} of --max-body-mb; protobuf may use all of it)" if json_body else ""
+            self._error(413, f"{exc}{said}")
             return
         except _otlp.Unsupported as exc:
             self._error(415, str(exc))
@@ -155,6 +318,8 @@ class Handler(BaseHTTPRequestHandler):
         except _otlp.BadRequest as exc:
             self._error(400, str(exc))
             return
+        except Busy:
+            raise
         except Exception as exc:  # never let one request take the receiver down
             log.exception("firsttoken view: storing a request failed")
             self._error(500, f"the viewer could not store this request: {type(exc).__name__}")
@@ -162,6 +327,20 @@ class Handler(BaseHTTPRequestHandler):
         why = f"{refused} span(s) start more than {FUTURE_S} s after the viewer's clock: not stored"
         kind, reply = _otlp.response_body(content_type, refused, why)
         self._send(200, reply, kind)
+
+    def _store(self, path: str, raw: bytes, content_type: str | None) -> int:
+        """Parse and store one request; how many of its spans were refused for being dated ahead."""
+        if path == "/v1/traces":
+            records = _otlp.parse_traces(raw, content_type)
+            before = self.server.store.refused_future
+            self.server.store.add(records)
+            self.server.received_spans += len(records)
+            return self.server.store.refused_future - before
+        if path == "/v1/metrics":
+            _otlp.parse_metrics(raw, content_type)
+        elif (content_type or "").split(";")[0].strip().lower() not in (_otlp.PROTOBUF, _otlp.JSON):
+            raise _otlp.Unsupported(f"content-type {content_type!r}")
+        return 0
 
     def _drain(self, length: int) -> None:
         """Read and drop up to ``DRAIN_MAX`` bytes of a body that will not be used."""
@@ -178,6 +357,7 @@ class Handler(BaseHTTPRequestHandler):
     # -- page and API --------------------------------------------------------------------------
 
     def do_GET(self) -> None:
+        self.server.mark(self.connection, busy=True)
         parts = urlsplit(self.path)
         query = parse_qs(parts.query)
         try:

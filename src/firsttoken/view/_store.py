@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import semconv as sc
-from ..cli.report import percentile
+from ..charts import percentile
 from ._otlp import SpanRecord
 
 SCHEMA = """
@@ -50,6 +50,8 @@ and app phases. Phase spans whose call span never came count here too, so they a
 STATUS_MESSAGE = "otel.status_description"
 """Where a span's status message is kept among its stored attributes (the name OpenTelemetry gives it
 in formats without a status field)."""
+MAX_BYTES = 1 << 30
+"""The database's pages in use, at most (``--max-db-mb``): ``max_calls`` bounds rows, not their attributes."""
 FUTURE_S = 600
 """Spans starting further than this ahead of the viewer's clock are not stored: a skewed or hostile
 sender would otherwise hold the newest places forever and push real calls out of the bounds."""
@@ -79,10 +81,13 @@ def _kind(attrs: dict[str, Any]) -> str | None:
 class Store:
     """Thread-safe: one connection, one lock (SQLite writes are serial anyway)."""
 
-    def __init__(self, path: str, *, max_age_s: float = 7 * 86400, max_calls: int = 200_000) -> None:
+    def __init__(
+        self, path: str, *, max_age_s: float = 7 * 86400, max_calls: int = 200_000, max_bytes: int = MAX_BYTES
+    ) -> None:
         self.path = path
         self.max_age_s = max_age_s
         self.max_calls = max_calls
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False)
         try:
@@ -97,6 +102,7 @@ class Store:
             self._db.commit()
             (self._calls,) = self._db.execute("SELECT COUNT(*) FROM calls").fetchone()
             (self._spans,) = self._db.execute("SELECT COUNT(*) FROM spans").fetchone()
+            (self._page_size,) = self._db.execute("PRAGMA page_size").fetchone()
         except sqlite3.DatabaseError as exc:
             self._db.close()
             raise sqlite3.DatabaseError(f"{path}: {exc}") from None
@@ -157,6 +163,7 @@ class Store:
                 self._trim()
             elif self._calls > self.max_calls or self._spans > self.max_calls * SPANS_PER_CALL:
                 self._trim_rows()
+            self._trim_bytes()
             self._db.commit()
         return len(calls) + len(spans)
 
@@ -182,6 +189,38 @@ class Store:
             )
             self._spans = limit
 
+    def used_bytes(self) -> int:
+        """The database's pages in use (freed pages are reused, so the file stays near this plus one request)."""
+        (pages,) = self._db.execute("PRAGMA page_count").fetchone()
+        (free,) = self._db.execute("PRAGMA freelist_count").fetchone()
+        return int(pages - free) * int(self._page_size)
+
+    def _trim_bytes(self) -> None:
+        """While the pages in use pass ``max_bytes`` (large attributes): the oldest eighth of the calls, with
+        the spans older than the oldest call kept, or the oldest eighth of the spans when no call is left."""
+        if self.used_bytes() <= self.max_bytes:
+            return
+        while self.used_bytes() > self.max_bytes:
+            (self._calls,) = self._db.execute("SELECT COUNT(*) FROM calls").fetchone()
+            (self._spans,) = self._db.execute("SELECT COUNT(*) FROM spans").fetchone()
+            if self._calls:
+                self._db.execute(
+                    "DELETE FROM calls WHERE rowid IN (SELECT rowid FROM calls ORDER BY start_ns, rowid LIMIT ?)",
+                    (max(1, self._calls // 8),),
+                )
+                (edge,) = self._db.execute("SELECT MIN(start_ns) FROM calls").fetchone()
+                if edge is not None:
+                    self._db.execute("DELETE FROM spans WHERE start_ns < ?", (edge,))
+            elif self._spans:
+                self._db.execute(
+                    "DELETE FROM spans WHERE rowid IN (SELECT rowid FROM spans ORDER BY start_ns, rowid LIMIT ?)",
+                    (max(1, self._spans // 8),),
+                )
+            else:
+                return
+        (self._calls,) = self._db.execute("SELECT COUNT(*) FROM calls").fetchone()
+        (self._spans,) = self._db.execute("SELECT COUNT(*) FROM spans").fetchone()
+
     def _trim(self) -> None:
         """Drop what is older than the age bound, and what is dated too far ahead (stored before that
         was refused), then hold the row bounds."""
@@ -192,6 +231,7 @@ class Store:
         for table in ("calls", "spans"):
             self._db.execute(f"DELETE FROM {table} WHERE start_ns < ? OR start_ns > ?", (cutoff, latest))
         self._trim_rows()
+        self._trim_bytes()
 
     def trim(self) -> None:
         with self._lock:

@@ -1,15 +1,18 @@
-"""One colour per phase, the same in every chart of every report and page firsttoken draws.
+"""What firsttoken's reports and its viewer draw with: one colour per phase, percentiles, plotly.js.
 
-The call phases come in the order they happen on the wire, each with a colour of its own; phases
-an app names itself (`firsttoken.phase("render")`) take colours from a second, muted set, chosen by
-name so that a phase keeps its colour across charts and runs.
+One colour per phase, the same in every chart of every report and page firsttoken draws. The call
+phases come in the order they happen on the wire, each with a colour of its own; phases an app names
+itself (`firsttoken.phase("render")`) take colours from a second, muted set, chosen by name so that a
+phase keeps its colour across charts and runs.
 """
 
 from __future__ import annotations
 
+import math
 import zlib
+from collections.abc import Sequence
 
-from .. import semconv as sc
+from . import semconv as sc
 
 PHASES: tuple[str, ...] = (
     sc.PHASE_PREPARE,
@@ -65,4 +68,27 @@ def phase_order(phase: str) -> int:
         return len(PHASES)
 
 
-__all__ = ["PHASES", "PHASE_COLOURS", "phase_colour", "phase_order"]
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in [0, 100]) of unsorted values; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+class ReportError(Exception):
+    """The HTML report cannot be written (its chart library is missing)."""
+
+
+def plotly_js() -> str:
+    try:
+        from plotly.offline import get_plotlyjs  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError:
+        raise ReportError("the HTML report needs plotly: pip install 'plotly>=5.20' (firsttoken's cli extra)") from None
+    return str(get_plotlyjs())
+
+
+__all__ = ["PHASES", "PHASE_COLOURS", "ReportError", "percentile", "phase_colour", "phase_order", "plotly_js"]
