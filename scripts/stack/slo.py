@@ -356,19 +356,20 @@ def jaeger_search(slo: SLO) -> str:
     )
     series = 'otel_scope_name="firsttoken", gen_ai_request_model="%s", firsttoken_traffic_class="%s"'
     by = "job"
-    tags = f'{{"{SPAN_MODEL}":"%s","{SPAN_CLASS}":"%s"'
+    # A double-quoted Go string (not a backtick one, which this project reserves for PromQL).
+    tags = f'{{\\"{SPAN_MODEL}\\":\\"%s\\",\\"{SPAN_CLASS}\\":\\"%s\\"'
     tag_args = "$labels.gen_ai_request_model $labels.firsttoken_traffic_class"
     duration = "&minDuration={{ $labels.slo_threshold_seconds }}s"
     if slo.sli == "availability":
         series += ', error_type!=""'
         by = "job, error_type"
-        tags += ',"error.type":"%s"'
+        tags += ',\\"error.type\\":\\"%s\\"'
         tag_args += " .Labels.error_type"
         duration = ""
     return (
         f"{{{{ range printf `group by ({by}) ({metric}{{{series}}})` $labels.gen_ai_request_model"
         " $labels.firsttoken_traffic_class | query }}/search?service={{ .Labels.job | urlquery }}"
-        f"&tags={{{{ printf `{tags}}}` {tag_args} | urlquery }}}}{duration}&limit=100 {{{{ end }}}}"
+        f'&tags={{{{ printf "{tags}}}" {tag_args} | urlquery }}}}{duration}&limit=100 {{{{ end }}}}'
     )
 
 
