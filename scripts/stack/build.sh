@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Builds (once) the stack that docker-compose.yml pins, from Go modules, for the real-stack tests
-# (tests/stack/test_stack_real.py): the OpenTelemetry Collector, Prometheus and Alertmanager.
+# (tests/stack/test_stack_real.py): the OpenTelemetry Collector, Prometheus, Alertmanager and Jaeger.
 #
-#   scripts/stack/build.sh [otelcol|prometheus|alertmanager|all]   build what is missing, print the paths
+#   scripts/stack/build.sh [otelcol|prometheus|alertmanager|jaeger|all]   build what is missing, print the paths
 #   scripts/stack/build.sh COMPONENT --path         print where its binary is (built or not)
 #   scripts/stack/build.sh [COMPONENT] --check      exit 0 when built, 1 otherwise (builds nothing)
 #   scripts/stack/build.sh [COMPONENT] --for-tests  build within $FIRSTTOKEN_STACK_BUILD_TIMEOUT s in all
 #                                                   (2400), never fail; one line per component
 #   scripts/stack/build.sh tempo                    says why Tempo is not built (exit 1)
 #
-# Versions are read from docker-compose.yml, the one place that pins the images. Everything comes
+# Versions are read from docker-compose.yml and its override docker-compose.jaeger.yml, the only
+# places that pin the images. Everything comes
 # from the Go module proxy through the ordinary `go` command (Go >= 1.26); no binary is downloaded.
 #   - otelcol: the OpenTelemetry Collector Builder at the image's version, with the committed
 #     manifest collector-config/builder.yaml (exactly the components the shipped configs use).
@@ -20,6 +21,12 @@
 #   - alertmanager: the same way (scripts/stack/gomod/alertmanager). Its UI is embedded from
 #     ui/app/dist, a frontend build that the module does not ship: the module's source is copied
 #     into the build directory with a one-page placeholder there (the API is unchanged).
+#   - jaeger: upstream's cmd/jaeger (all-in-one: OTLP in, storage, query API) built inside the wrapper
+#     module scripts/stack/gomod/jaeger. The image jaegertracing/jaeger:2.N.P is the Go module
+#     version v1.(N+63).P (2.13.0 is v1.76.0, the same commit); the v2 tags themselves have no /v2
+#     module path, so the proxy serves none of them and nothing newer than 2.13.0 can be built.
+#     Without the web UI (a frontend build the module does not ship): the query API is all the
+#     tests and Grafana use.
 #   - tempo: not built. The Go module github.com/grafana/tempo is AGPL-licensed and this project's
 #     machines may not use it (and the proxy serves no version of its 3.x tags); see docs/stack.md.
 # Binaries are cached in $FIRSTTOKEN_STACK_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/firsttoken/stack)
@@ -28,8 +35,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=${FIRSTTOKEN_STACK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/firsttoken/stack}
-COMPOSE="$ROOT/docker-compose.yml"
-COMPONENTS=(otelcol prometheus alertmanager)
+COMPOSE_FILES=("$ROOT/docker-compose.yml" "$ROOT/docker-compose.jaeger.yml")
+COMPONENTS=(otelcol prometheus alertmanager jaeger)
 
 what=all
 mode=build
@@ -38,13 +45,13 @@ for arg in "$@"; do
         --check) mode=check ;;
         --path) mode=path ;;
         --for-tests) mode=for-tests ;;
-        otelcol | prometheus | alertmanager | all) what=$arg ;;
+        otelcol | prometheus | alertmanager | jaeger | all) what=$arg ;;
         tempo)
             echo "build.sh: Tempo is not built: the Go module github.com/grafana/tempo is AGPL-licensed and may not be used on this project's machines; the tests stand in for it (docs/stack.md)" >&2
             exit 1
             ;;
         *)
-            echo "build.sh: unknown argument '$arg' (otelcol|prometheus|alertmanager|all, --check, --for-tests)" >&2
+            echo "build.sh: unknown argument '$arg' (otelcol|prometheus|alertmanager|jaeger|all, --check, --for-tests)" >&2
             exit 2
             ;;
     esac
@@ -54,9 +61,9 @@ if [ "$what" = all ]; then selected=("${COMPONENTS[@]}"); else selected=("$what"
 # The image tag of a compose service, e.g. `image_version prometheus` -> v3.14.0.
 image_version() {
     local tag
-    tag=$(sed -n "s|^ *image: *$1:\\([^ ]*\\) *\$|\\1|p" "$COMPOSE" | head -n 1)
+    tag=$(sed -n "s|^ *image: *$1:\\([^ ]*\\) *\$|\\1|p" "${COMPOSE_FILES[@]}" | head -n 1)
     if [ -z "$tag" ]; then
-        echo "build.sh: no '$1:<tag>' image in docker-compose.yml" >&2
+        echo "build.sh: no '$1:<tag>' image in docker-compose.yml or docker-compose.jaeger.yml" >&2
         return 1
     fi
     echo "$tag"
@@ -67,6 +74,7 @@ version_of() {
         otelcol) image_version otel/opentelemetry-collector-contrib ;;
         prometheus) image_version prom/prometheus ;;
         alertmanager) image_version prom/alertmanager ;;
+        jaeger) image_version jaegertracing/jaeger ;;
     esac
 }
 
@@ -155,8 +163,11 @@ build_wrapped() {
             >"$work/upstream/ui/app/dist/index.html"
         (cd "$work" && go mod edit -replace "$module=./upstream")
     fi
-    (cd "$work" && nice -n 10 go build -trimpath -o "$out" \
-        -ldflags "-X github.com/prometheus/common/version.Version=${version#v}" "$pkg")
+    local ldflags="-X github.com/prometheus/common/version.Version=${version#v}"
+    if [ "$name" = jaeger ]; then
+        ldflags="-X $module/internal/version.latestVersion=v${version#v}"
+    fi
+    (cd "$work" && nice -n 10 go build -trimpath -o "$out" -ldflags "$ldflags" "$pkg")
 }
 
 build_one() {
@@ -184,6 +195,17 @@ build_one() {
         alertmanager)
             build_wrapped alertmanager github.com/prometheus/alertmanager "$version" \
                 github.com/prometheus/alertmanager/cmd/alertmanager "$version" "$out.tmp" "$work"
+            ;;
+        jaeger)
+            # The one place that maps Jaeger's image tag to its Go module version: 2.N.P is v1.(N+63).P.
+            local major minor patch
+            IFS=. read -r major minor patch <<<"$version"
+            if [ "$major" != 2 ]; then
+                echo "build.sh: jaeger $version: only 2.x images map to a Go module version (v1.(N+63).P)" >&2
+                return 1
+            fi
+            build_wrapped jaeger github.com/jaegertracing/jaeger "v1.$((minor + 63)).$patch" \
+                github.com/jaegertracing/jaeger/cmd/jaeger "$version" "$out.tmp" "$work"
             ;;
     esac
     mv "$out.tmp" "$out"

@@ -341,6 +341,38 @@ def trace_search(slo: SLO) -> str:
     return f"{{ {base} && status = error }}"
 
 
+def jaeger_search(slo: SLO) -> str:
+    """The Jaeger form of trace_search: one Jaeger search per service that made this model's calls of
+    this class (and, for availability, per error type), as the path of Jaeger's search page, whose
+    parameters are those of its query API (/api/traces) that Grafana's Jaeger datasource calls too.
+    Jaeger needs a service, and compares attributes only as equal strings: the ttft and e2e searches
+    are the calls slower than the threshold in all (for ttft a superset: a call's duration is at
+    least its time to first token), the availability one the calls of each error type
+    (docs/trace-stores.md)."""
+    metric = (
+        "firsttoken_client_time_to_first_token_seconds_count"
+        if slo.sli == "ttft"
+        else ("gen_ai_client_operation_duration_seconds_count")
+    )
+    series = 'otel_scope_name="firsttoken", gen_ai_request_model="%s", firsttoken_traffic_class="%s"'
+    by = "job"
+    # A double-quoted Go string (not a backtick one, which this project reserves for PromQL).
+    tags = f'{{\\"{SPAN_MODEL}\\":\\"%s\\",\\"{SPAN_CLASS}\\":\\"%s\\"'
+    tag_args = "$labels.gen_ai_request_model $labels.firsttoken_traffic_class"
+    duration = "&minDuration={{ $labels.slo_threshold_seconds }}s"
+    if slo.sli == "availability":
+        series += ', error_type!=""'
+        by = "job, error_type"
+        tags += ',\\"error.type\\":\\"%s\\"'
+        tag_args += " .Labels.error_type"
+        duration = ""
+    return (
+        f"{{{{ range printf `group by ({by}) ({metric}{{{series}}})` $labels.gen_ai_request_model"
+        " $labels.firsttoken_traffic_class | query }}/search?service={{ .Labels.job | urlquery }}"
+        f'&tags={{{{ printf "{tags}}}" {tag_args} | urlquery }}}}{duration}&limit=100 {{{{ end }}}}'
+    )
+
+
 def what_is_good(slo: SLO) -> str:
     if slo.sli == "ttft":
         return "streamed calls with a time to first token within {{ $labels.slo_threshold_seconds }} s"
@@ -389,6 +421,7 @@ def alert_rules(config: Config) -> dict[str, Any]:
                             "&var-traffic_class={{ $labels.firsttoken_traffic_class }}"
                         ),
                         "trace_search": trace_search(slo),
+                        "jaeger_search": jaeger_search(slo),
                     },
                 }
             )

@@ -7,9 +7,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -372,3 +374,168 @@ def shipped_exprs() -> list[tuple[str, str]]:
                     for query in re.findall(r"`([^`]*)`", str(text)):
                         out.append((f"{where} / annotation {key}", query.replace("%s", "x")))
     return out
+
+
+# -- the stack's binaries and one launcher for them -----------------------------------------------
+
+BUILD = ROOT / "scripts" / "stack" / "build.sh"
+
+
+def _path(component: str) -> str:
+    return subprocess.run([str(BUILD), component, "--path"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def built(component: str) -> str | None:
+    """The path of a component scripts/stack/build.sh built, or None."""
+    path = _path(component)
+    return path if os.access(path, os.X_OK) else None
+
+
+def binary(component: str) -> str:
+    """A built component; without it skip with one line, or fail with FIRSTTOKEN_STACK=required."""
+    path = _path(component)
+    if os.access(path, os.X_OK):
+        return path
+    line = f"{component} is not built ({path} missing): build it with scripts/stack/build.sh {component}"
+    if os.environ.get("FIRSTTOKEN_STACK") == "required":
+        log = Path(path).parents[2] / f"{component}-build.log"
+        why = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else ["no build log"]
+        pytest.fail(f"{line}; the build said: {why[0] if why else '?'}", pytrace=False)
+    pytest.skip(line + " (with FIRSTTOKEN_STACK=required this fails)")
+
+
+class Process:
+    """A stack process on loopback, its output in a log file; with `ready`, started only once that URL
+    answers 200 (RuntimeError with its log if it exits first or takes over `timeout_s`)."""
+
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        *,
+        ready: str | None = None,
+        timeout_s: float = 60,
+    ) -> None:
+        self.name = name
+        self.log = log
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=ROOT
+            )
+        if ready is not None:
+            try:
+                self.wait_ready(ready, timeout_s=timeout_s)
+            except BaseException:
+                self.stop()
+                raise
+
+    def wait_ready(self, url: str, *, timeout_s: float = 60) -> None:
+        wait_ready(self.process, url, name=self.name, timeout_s=timeout_s, poll_s=0.2, logs=self.logs)
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+# -- Jaeger's query API, called the way Grafana's Jaeger datasource calls it -------------------------
+
+
+class Jaeger:
+    """Jaeger's classic HTTP query API (the one Grafana's Jaeger datasource uses, pkg/tsdb/jaeger/
+    client.go): `GET /api/traces/{id}` for a trace, `GET /api/traces?service=&operation=&tags=
+    &minDuration=&maxDuration=&limit=` for a search, with the search's tags given as logfmt and sent
+    as a JSON map, and empty parameters left out."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def _get(self, path: str, params: dict[str, str] | None = None) -> Any:
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}{query}", timeout=30) as resp:
+                return json.loads(resp.read())["data"]
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise AssertionError(f"GET {path}{query}: {e.code} {e.read()[:500]!r}") from e
+
+    def trace(self, trace_id: str) -> dict[str, Any] | None:
+        """The trace (Jaeger JSON), or None when Jaeger does not have it."""
+        data = self._get("/api/traces/" + urllib.parse.quote(trace_id, safe=""))
+        return data[0] if data else None
+
+    def search(self, target: dict[str, Any]) -> list[dict[str, Any]]:
+        """The traces a Grafana Jaeger search target finds (service, operation, tags in logfmt,
+        minDuration, maxDuration, limit)."""
+        tags = dict(logfmt_pairs(target.get("tags", "")))
+        params = {
+            "service": target.get("service", ""),
+            "operation": target.get("operation", ""),
+            "tags": json.dumps(tags) if tags else "",
+            "minDuration": target.get("minDuration", ""),
+            "maxDuration": target.get("maxDuration", ""),
+        }
+        params = {k: v for k, v in params.items() if v}
+        if target.get("limit"):
+            params["limit"] = str(target["limit"])
+        result: list[dict[str, Any]] = self._get("/api/traces", params) or []
+        return result
+
+    def services(self) -> list[str]:
+        result: list[str] = self._get("/api/services") or []
+        return result
+
+
+_LOGFMT = re.compile(r'\s*([^\s=]+)=("(?:\\.|[^"\\])*"|\S*)')
+
+
+def logfmt_pairs(text: str) -> Iterator[tuple[str, str]]:
+    """key=value pairs of a logfmt line (a double-quoted value may hold spaces)."""
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _LOGFMT.match(text, pos)
+        if not m:
+            raise ValueError(f"not logfmt: {text!r}")
+        value = m.group(2)
+        yield m.group(1), json.loads(value) if value.startswith('"') else value
+        pos = m.end()
+
+
+def jaeger_spans(trace: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A Jaeger JSON trace's spans by span id, each with `attrs` (its tags as a dict) and `service`."""
+    out = {}
+    for span in trace["spans"]:
+        attrs = {t["key"]: t["value"] for t in span.get("tags", [])}
+        service = trace["processes"][span["processID"]]["serviceName"]
+        out[span["spanID"]] = {**span, "attrs": attrs, "service": service}
+    return out
+
+
+def exemplar_link(trace_id: str) -> dict[str, Any]:
+    """The Jaeger query that the provisioned exemplar link "Open trace in Jaeger" opens in Explore for
+    this trace id: Grafana first turns the provisioning file's `$$` into `$` and then puts the
+    exemplar's trace id in for ``${__value.raw}``; the link's panes hold one Jaeger query."""
+    prometheus = next(d for d in load_yaml(DATASOURCES)["datasources"] if d["type"] == "prometheus")
+    (link,) = [d for d in prometheus["jsonData"]["exemplarTraceIdDestinations"] if "Jaeger" in d["urlDisplayLabel"]]
+    url = link["url"].replace("$$", "$").replace("${__value.raw}", trace_id)
+    parsed = urllib.parse.urlparse(url)
+    assert parsed.path == "/explore", url
+    (panes,) = urllib.parse.parse_qs(parsed.query)["panes"]
+    (pane,) = json.loads(panes).values()
+    (query,) = pane["queries"]
+    datasources = {d["uid"]: d for d in load_yaml(DATASOURCES)["datasources"]}
+    assert datasources[query["datasource"]["uid"]]["type"] == query["datasource"]["type"] == "jaeger"
+    assert pane["datasource"] == query["datasource"]["uid"]
+    result: dict[str, Any] = query
+    return result

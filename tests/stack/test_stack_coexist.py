@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stack_tools import ROOT, Prometheus
-from test_stack_real import Process, binary, prometheus_config
-from tests.servers import free_port, wait_ready
+from stack_tools import ROOT, Process, Prometheus, binary
+from test_stack_real import prometheus_config
+from tests.servers import free_port
 
 from firsttoken import __version__
 from firsttoken.semconv import SCHEMA_URL
@@ -109,14 +109,7 @@ def collector_and_prometheus() -> Iterator[tuple[str, Prometheus]]:
             )
             procs.append(prom_proc)
             prom = Prometheus(f"http://127.0.0.1:{ports['prom']}", prom_proc.process, prom_proc.log)
-            wait_ready(
-                prom_proc.process,
-                f"{prom.url}/-/ready",
-                name="prometheus",
-                timeout_s=60,
-                poll_s=0.2,
-                logs=prom_proc.logs,
-            )
+            prom_proc.wait_ready(f"{prom.url}/-/ready")
             otelcol = Process(
                 "otelcol",
                 [bins["otelcol"], f"--config={ROOT / 'collector-config' / 'otelcol.yaml'}"],
@@ -133,7 +126,7 @@ def collector_and_prometheus() -> Iterator[tuple[str, Prometheus]]:
             )
             procs.append(otelcol)
             health = f"http://127.0.0.1:{ports['health']}/"
-            wait_ready(otelcol.process, health, name="otelcol", timeout_s=60, poll_s=0.2, logs=otelcol.logs)
+            otelcol.wait_ready(health)
             yield f"http://127.0.0.1:{ports['http']}", prom
         finally:
             for p in reversed(procs):

@@ -47,7 +47,9 @@ import yaml
 from stack_tools import (
     ROOT,
     RULE_FILES,
+    Process,
     Prometheus,
+    binary,
     dashboard_queries,
     dashboards,
     panels,
@@ -55,8 +57,8 @@ from stack_tools import (
     shipped_exprs,
     substitute,
 )
-from test_stack_real import Process, binary, prometheus_config
-from tests.servers import free_port, wait_ready
+from test_stack_real import prometheus_config
+from tests.servers import free_port
 
 from firsttoken import __version__
 from firsttoken import semconv as sc
@@ -220,9 +222,7 @@ def start_stack(tmp: Path, bins: dict[str, str], procs: list[Process]) -> Stack:
     )
     procs.append(prom_proc)
     prom = Prometheus(f"http://127.0.0.1:{ports['prom']}", prom_proc.process, prom_proc.log)
-    wait_ready(
-        prom_proc.process, f"{prom.url}/-/ready", name="prometheus", timeout_s=60, poll_s=0.2, logs=prom_proc.logs
-    )
+    prom_proc.wait_ready(f"{prom.url}/-/ready")
     otelcol = Process(
         "otelcol",
         [bins["otelcol"], f"--config={ROOT / 'collector-config' / 'otelcol.yaml'}"],
@@ -239,7 +239,7 @@ def start_stack(tmp: Path, bins: dict[str, str], procs: list[Process]) -> Stack:
     )
     procs.append(otelcol)
     health = f"http://127.0.0.1:{ports['health']}/"
-    wait_ready(otelcol.process, health, name="otelcol", timeout_s=60, poll_s=0.2, logs=otelcol.logs)
+    otelcol.wait_ready(health)
     return Stack(prom, cfg, f"http://127.0.0.1:{ports['http']}")
 
 

@@ -25,6 +25,9 @@ ROUTER = COLLECTOR / "scale-out" / "router.yaml"
 SAMPLER = COLLECTOR / "scale-out" / "sampler.yaml"
 COLLECTOR_CONFIGS = [SINGLE, ROUTER, SAMPLER]
 COMPOSE = ROOT / "docker-compose.yml"
+COMPOSE_JAEGER = ROOT / "docker-compose.jaeger.yml"
+JAEGER = ROOT / "jaeger" / "jaeger.yaml"
+JAEGER_OVERLAY = COLLECTOR / "otelcol-jaeger.yaml"
 TEMPO = ROOT / "grafana" / "tempo" / "tempo.yaml"
 
 # Component type names of collector-contrib v0.159 after the 2026 lower_snake_case renames.
@@ -309,19 +312,56 @@ def test_ports_line_up_across_compose_collector_prometheus_tempo_and_grafana() -
 
 def test_datasources_link_exemplars_to_tempo_and_traces_to_metrics() -> None:
     ds = {d["uid"]: d for d in load_yaml(DATASOURCES)["datasources"]}
-    assert {ds[u]["type"] for u in ds} == {"prometheus", "tempo", "alertmanager"}
+    assert {ds[u]["type"] for u in ds} == {"prometheus", "tempo", "jaeger", "alertmanager"}
     links = ds["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
-    # Prometheus' OTLP receiver stores the exemplar's trace id under the label trace_id.
-    assert [(link["name"], link["datasourceUid"]) for link in links] == [("trace_id", "tempo")]
+    # Prometheus' OTLP receiver stores the exemplar's trace id under the label trace_id. Tempo by
+    # datasource; Jaeger by a URL (a datasource link would be a TraceQL query Jaeger ignores; what the
+    # URL opens is checked against the real Jaeger in test_stack_real.py).
+    assert [(link["name"], link.get("datasourceUid")) for link in links] == [("trace_id", "tempo"), ("trace_id", None)]
+    assert links[1]["url"].startswith("/explore?") and "$${__value.raw}" in links[1]["url"]
     t2m = ds["tempo"]["jsonData"]["tracesToMetrics"]
     assert t2m["datasourceUid"] == "prometheus"
     assert {t["key"] for t in t2m["tags"]} <= {sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_PROVIDER_NAME}
+    # From a Jaeger span, the same metrics as from a Tempo span.
+    assert ds["jaeger"]["jsonData"]["tracesToMetrics"] == t2m
     assert ds["prometheus"]["jsonData"]["alertmanagerUid"] == "alertmanager"
+
+
+def test_the_jaeger_override_wires_the_collector_jaeger_and_grafana() -> None:
+    """docker-compose.jaeger.yml: the Collector runs the shipped config plus the Jaeger overlay, which
+    sends the same tail-sampled traces to Tempo and to Jaeger's OTLP port; Grafana's Jaeger datasource
+    points at Jaeger's query port; the image is the Jaeger scripts/stack/build.sh builds."""
+    override = load_yaml(COMPOSE_JAEGER)["services"]
+    jaeger = load_yaml(JAEGER)
+    assert override["jaeger"]["image"] == "jaegertracing/jaeger:2.13.0"
+    assert "./jaeger/jaeger.yaml:/etc/jaeger/config.yaml:ro" in override["jaeger"]["volumes"]
+    assert override["jaeger"]["command"] == ["--config=/etc/jaeger/config.yaml"]
+    base_command = compose()["services"]["otelcol"]["command"]
+    assert override["otelcol"]["command"] == [*base_command, "--config=/etc/otelcol/jaeger.yaml"]
+    assert "./collector-config/otelcol-jaeger.yaml:/etc/otelcol/jaeger.yaml:ro" in override["otelcol"]["volumes"]
+    overlay = load_yaml(JAEGER_OVERLAY)
+    single = load_yaml(SINGLE)
+    # The overlay's list replaces the single config's: it must keep Tempo's exporter first.
+    assert overlay["service"]["pipelines"]["traces"]["exporters"] == [
+        *single["service"]["pipelines"]["traces"]["exporters"],
+        "otlp_grpc/jaeger",
+    ]
+    otlp_port = host_port(jaeger["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"])[1]
+    assert host_port(overlay["exporters"]["otlp_grpc/jaeger"]["endpoint"]) == ("jaeger", otlp_port)
+    query_port = host_port(jaeger["extensions"]["jaeger_query"]["http"]["endpoint"])[1]
+    ds = {d["uid"]: d for d in load_yaml(DATASOURCES)["datasources"]}
+    assert host_port(ds["jaeger"]["url"]) == ("jaeger", query_port)
+    assert query_port in published(override["jaeger"])
+    # One storage backend, the one the exporter writes and the query extension reads.
+    (backend,) = jaeger["extensions"]["jaeger_storage"]["backends"]
+    assert jaeger["exporters"]["jaeger_storage_exporter"]["trace_storage"] == backend
+    assert jaeger["extensions"]["jaeger_query"]["storage"]["traces"] == backend
 
 
 def test_stated_image_tags_match_compose() -> None:
     """The pinned tags named in file headers and docs are the ones compose runs."""
     images = {s["image"] for s in compose()["services"].values()}
+    images |= {s["image"] for s in load_yaml(COMPOSE_JAEGER)["services"].values() if "image" in s}
     texts = {
         "prometheus.yml": (ROOT / "prometheus" / "prometheus.yml").read_text(),
         "alertmanager.yml": (ROOT / "prometheus" / "alertmanager" / "alertmanager.yml").read_text(),
@@ -543,6 +583,9 @@ def test_docker_compose_validates_the_file(tmp_path: Path) -> None:
     copy = tmp_path / "docker-compose.yml"
     copy.write_text(re.sub(r"^name: .*\n", "", text, flags=re.M))
     result = run([binary, "--project-directory", str(ROOT), "-f", str(copy), "config", "-q"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    # With the Jaeger override merged over it.
+    result = run([binary, "--project-directory", str(ROOT), "-f", str(copy), "-f", str(COMPOSE_JAEGER), "config", "-q"])
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from stack_tools import ROOT, generator, selectors, shipped_exprs
-from tests.servers import free_port, wait_ready
+from tests.servers import free_port
 
 from firsttoken import semconv as sc
 
@@ -106,7 +106,7 @@ def _parsed_selectors(node: Any) -> list[tuple[str, frozenset[tuple[str, str, st
 
 def test_the_selector_reader_agrees_with_prometheus_parser() -> None:
     """stack_tools.selectors against Prometheus 3.14's own parser, on every shipped expression."""
-    from test_stack_real import Process, binary
+    from stack_tools import Process, binary
 
     prometheus = binary("prometheus")
     with tempfile.TemporaryDirectory(prefix="firsttoken-parse-") as tmpdir:
@@ -125,7 +125,7 @@ def test_the_selector_reader_agrees_with_prometheus_parser() -> None:
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            wait_ready(proc.process, f"{url}/-/ready", name="prometheus", timeout_s=60, poll_s=0.2, logs=proc.logs)
+            proc.wait_ready(f"{url}/-/ready")
             exprs = shipped_exprs()
             for where, expr in exprs:
                 body = urllib.parse.urlencode({"query": expr}).encode()

@@ -60,7 +60,7 @@ def test_every_slo_has_a_recorded_series_per_class_and_each_burn_alert() -> None
             assert f"llm:slo_burn_rate:{alert.long}{{" in rule["expr"]
             assert f"llm:slo_burn_rate:{alert.short}{{" in rule["expr"]
             assert f">= {config.min_bad_calls}" in rule["expr"]
-            for key in ("summary", "description", "dashboard", "trace_search"):
+            for key in ("summary", "description", "dashboard", "trace_search", "jaeger_search"):
                 assert rule["annotations"][key], (alert.alert, s.name, key)
 
 
