@@ -19,22 +19,26 @@ is current, whose trace context it sends to the API (``traceparent``) whenever t
 valid. Under firsttoken's call span that made two CLIENT spans per call, and a ``traceparent`` on
 every request even where the uninstrumented app sends none. So, for each call (:func:`_sdk_tracing`):
 
-* by default, the SDK starts no span of its own (firsttoken's is the call span), and the request
-  carries firsttoken's call span's trace context exactly when the uninstrumented app's would have
-  carried the SDK's: the client propagates (its ``open_telemetry`` option, or
-  ``ANTHROPIC_OPEN_TELEMETRY_PROPAGATION``) and either the app's own span is current or the app set
-  a global tracer provider of its own;
-* when the user asked for the SDK's spans (``ANTHROPIC_OPEN_TELEMETRY`` set to anything but
-  ``false``, or a client ``open_telemetry`` option that names a ``tracer_provider``), the SDK's span
-  is kept, nested under firsttoken's, unless it would have had no valid trace context without
-  firsttoken (then it would have started none).
+* when the app made no choice about the SDK's tracing (a client given no ``open_telemetry`` option
+  while no ``ANTHROPIC_OPEN_TELEMETRY*`` variable is set), the SDK starts no span of its own
+  (firsttoken's is the call span), and the request carries firsttoken's call span's trace context
+  exactly when the uninstrumented app's would have carried the SDK's: either the app's own span is
+  current or the app set a global tracer provider of its own;
+* every explicit choice keeps the SDK's span, with the settings the app gave it, nested under
+  firsttoken's: a client given any ``open_telemetry`` option (``{}``, ``{"traces": True}``, content
+  mode, ``max_content_bytes``, a conversation id, ``propagation``, a ``tracer_provider``; a copy made
+  with ``copy``/``with_options`` has its original's choice unless it is given an option of its own),
+  or, for a client given none, an ``ANTHROPIC_OPEN_TELEMETRY*`` variable set (the SDK's span is off
+  only for ``false``, and then firsttoken leaves the request alone too). The one exception: a span the
+  SDK would not have started without firsttoken (no tracer provider of the app's, no valid context).
 
-``ANTHROPIC_OPEN_TELEMETRY`` is read when the SDK reads it: when a client is made (its
-``_set_open_telemetry``), a copy of a client (``with_options``) having the original's, so a change
-after ``import anthropic`` and before the client is made counts for firsttoken as for the SDK. Where
-the app's global tracer provider was getting the SDK's spans, a one-line note says once per process
-that firsttoken's call span takes their place, or, where firsttoken records into another provider,
-that the app's provider gets no span for the call (docs/coexistence.md).
+The variables are read when the SDK reads them: when a client is made (its ``_set_open_telemetry``),
+a copy of a client (``copy``/``with_options``, Bedrock's and Vertex's too) having the original's, so
+a change after ``import anthropic`` and before the client is made counts for firsttoken as for the
+SDK. Where the app's global tracer provider was getting the SDK's spans of a client that made no
+choice, a one-line note says once per process that firsttoken's call span takes their place, or,
+where firsttoken records into another provider, that the app's provider gets no span for the call
+(docs/coexistence.md).
 """
 
 from __future__ import annotations
@@ -255,13 +259,19 @@ FORMAT = AnthropicFormat()
 
 # -- the SDK's own tracing ------------------------------------------------------------------------
 
-ENV_SDK_TRACING = "ANTHROPIC_OPEN_TELEMETRY"
+ENV_SDK_TRACING = (
+    "ANTHROPIC_OPEN_TELEMETRY",
+    "ANTHROPIC_OPEN_TELEMETRY_TRACES_CONTENT_MODE",
+    "ANTHROPIC_OPEN_TELEMETRY_TRACES_MAX_CONTENT_BYTES",
+    "ANTHROPIC_OPEN_TELEMETRY_PROPAGATION",
+)
+"""The variables the SDK reads for a client given no ``open_telemetry`` option."""
 _sdk_tracing_asked = False
-"""Whether ``ANTHROPIC_OPEN_TELEMETRY`` asked for the SDK's spans when firsttoken patched: for the
-clients made before (the SDK read it when they were made, which firsttoken did not see)."""
+"""Whether the environment asked for the SDK's spans when firsttoken patched: for the clients made
+before (the SDK read it when they were made, which firsttoken did not see)."""
 _asked_by_client: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-"""Client -> whether ``ANTHROPIC_OPEN_TELEMETRY`` asked for the SDK's spans when the SDK read it for
-that client (when it was made; a copy has its original's)."""
+"""Client -> whether the app chose the SDK's tracing for that client: an ``open_telemetry`` option,
+or a variable when the SDK read them for it (when it was made; a copy has its original's)."""
 _copies: dict[int, tuple[Any, bool]] = {}
 """id(option a copy is about to be given) -> (that option, whether its original was asked)."""
 _records_into: Any = None
@@ -269,11 +279,13 @@ _records_into: Any = None
 
 
 def _env_asks() -> bool:
-    return os.environ.get(ENV_SDK_TRACING, "").strip().lower() not in ("", "false")
+    """Whether a variable the SDK reads sets its tracing (``false`` turns the SDK's spans off, and
+    then firsttoken leaves the request alone anyway)."""
+    return any(os.environ.get(name, "").strip() for name in ENV_SDK_TRACING)
 
 
 def _asked(client: Any) -> bool:
-    """Whether the environment asked for the SDK's spans for this client, as the SDK read it."""
+    """Whether the app chose the SDK's tracing for this client, as the SDK read it."""
     try:
         return _asked_by_client.get(client, _sdk_tracing_asked)
     except TypeError:  # a client class that cannot be a weak dictionary key
@@ -282,14 +294,15 @@ def _asked(client: Any) -> bool:
 
 def _set_open_telemetry(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The SDK resolves a client's ``open_telemetry`` option, reading the environment for ``None``:
-    firsttoken reads ``ANTHROPIC_OPEN_TELEMETRY`` at the same moment."""
+    firsttoken reads the variables at the same moment. Any option given is the app's choice, except
+    the one a copy given none inherits: that one is its original's choice, or not."""
     try:
         option = args[0] if args else kwargs.get("open_telemetry")
         if option is None:
             asked = _env_asks()
-        else:  # given an option, the SDK reads no variable; a copy's is its original's
+        else:
             copied = _copies.pop(id(option), None)
-            asked = copied is not None and copied[0] is option and copied[1]
+            asked = copied[1] if copied is not None and copied[0] is option else True
         _asked_by_client[instance] = asked
     except Exception:
         internal_error("could not read ANTHROPIC_OPEN_TELEMETRY as the anthropic SDK does")
@@ -313,19 +326,21 @@ def _copy_open_telemetry(wrapped: Any, instance: Any, args: tuple[Any, ...], kwa
 _NOTE_REPLACED = (
     "anthropic's own spans (anthropic.messages.create and the like) are not made while firsttoken is on:"
     " firsttoken's call span takes their place in the app's tracer provider (one span per call);"
-    " set ANTHROPIC_OPEN_TELEMETRY=true before the client is made to keep them too; see docs/coexistence.md"
+    " give the client an open_telemetry option (or set ANTHROPIC_OPEN_TELEMETRY=true before it is made)"
+    " to keep them too; see docs/coexistence.md"
 )
 _NOTE_ELSEWHERE = (
     "anthropic's own spans (anthropic.messages.create and the like) are not made while firsttoken is on,"
     " and firsttoken records into the tracer provider given to instrument(), not the app's global one:"
-    " the app's global provider gets no span for anthropic calls; set ANTHROPIC_OPEN_TELEMETRY=true before"
-    " the client is made to keep the SDK's there; see docs/coexistence.md"
+    " the app's global provider gets no span for anthropic calls; give the client an open_telemetry option"
+    " (or set ANTHROPIC_OPEN_TELEMETRY=true before it is made) to keep the SDK's there; see docs/coexistence.md"
 )
 _noted = False
 
 
 def _note_replaced() -> None:
-    """Say once per process that the SDK's spans the app's global provider was getting are not made."""
+    """Say once per process that the SDK's spans the app's global provider was getting are not made
+    (for a client that made no choice: any other keeps them)."""
     global _noted
     if _noted:
         return
@@ -342,6 +357,17 @@ def _global_provider_records() -> bool:
     if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
         return False
     return not _otlp.is_own_global(provider)
+
+
+def _shows_a_choice(resolved: Mapping[str, Any], traces: Mapping[str, Any]) -> bool:
+    """Whether a client's resolved option differs from the SDK's defaults: a choice the app made,
+    seen even on a client made before firsttoken was installed (which firsttoken saw no option for)."""
+    return (
+        resolved.get("tracer_provider") is not None
+        or resolved.get("conversation_id") is not None
+        or resolved.get("propagation") is False
+        or traces.get("content_mode") == "content"
+    )
 
 
 def _sdk_tracing(tl: Timeline, client: Any, options: Any) -> Any:
@@ -363,7 +389,7 @@ def _sdk_tracing(tl: Timeline, client: Any, options: Any) -> Any:
     app_context_valid = bool(trace.get_current_span().get_span_context().is_valid)
     explicit_provider = resolved.get("tracer_provider") is not None
     app_provider = _global_provider_records()
-    if explicit_provider or _asked(client):
+    if _asked(client) or _shows_a_choice(resolved, traces):
         if explicit_provider or app_provider or app_context_valid:
             return options  # the SDK's span, as asked; it propagates its own context
         return _copy_options(options, span_name=None)  # uninstrumented, it would have had no span
