@@ -109,6 +109,9 @@ fi
 run_step pytest-oldest-sdks scripts/compat.sh
 # LangChain, LiteLLM, pydantic-ai and LlamaIndex over the SDKs, in their own venv.
 run_step pytest-frameworks scripts/frameworks.sh
+# anthropic's own OpenTelemetry tests (from its sdist), plain and with firsttoken, the SDK's tracing
+# asked for in each: a test that passes plain and fails with firsttoken fails the step unless listed.
+run_step anthropic-own-tests "$VENV/bin/python" scripts/anthropic_own_tests/run.py
 if [ $# -eq 0 ]; then
     wait_for_builds
     # The real stack (tests/stack) and the real inference server (tests/real_server).
