@@ -49,8 +49,6 @@ TEST_DEPS = [
 ]
 
 NESTING = "nesting: the SDK's span is a child of firsttoken's call span"
-OTEL_CALLS = "counts OpenTelemetry API calls, firsttoken's included"
-REPLACED = "replaced: no option and no variable, firsttoken's call span in the SDK's place"
 
 _TOOLS = "tests/lib/tools/test_open_telemetry.py::TestToolRunnerSpans::"
 _CALLS = "tests/test_open_telemetry.py::"
