@@ -337,7 +337,10 @@ CHOICES = textwrap.dedent(
                 if case.get("copy") == "with_options":
                     client = client.with_options(timeout=30.0)
                 elif case.get("copy") == "conversation":
-                    client = client.copy(open_telemetry={**client.open_telemetry, "conversation_id": "c"})
+                    # The http client given again: AnthropicBedrock.copy() in anthropic 2.0 makes a new one
+                    # (to Bedrock's real host) when given an option.
+                    conversation = {**client.open_telemetry, "conversation_id": "c"}
+                    client = client.copy(open_telemetry=conversation, http_client=http)
                 client.messages.create(model="claude-test-model", max_tokens=16, messages=messages)
                 if not case.get("platform"):
                     with client.messages.stream(model="claude-test-model", max_tokens=16, messages=messages) as s:

@@ -54,6 +54,10 @@ except ImportError:  # mistralai 2 moved the client
 FAST = LatencyModel(queue_ms=1, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=4000, jitter=0, output_tokens=12)
 """Quick and exact: what is recorded, not how long it took."""
 PREFILL_MS_PER_1K = 8000.0
+LONG = LatencyModel(queue_ms=1, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=400, jitter=0, output_tokens=40)
+"""For an early close: its terminal event 100 ms after the first chunks, so it cannot have been received
+(the call decided from the bytes received) by the time the app closes; FAST's 12 tokens come in 3 ms,
+often in the reads that carry the first two chunks."""
 SLOW_PREFILL = LatencyModel(
     queue_ms=1, prefill_ms_per_1k_tokens=PREFILL_MS_PER_1K, decode_tokens_per_s=4000, jitter=0, output_tokens=12
 )
@@ -401,6 +405,7 @@ def test_the_routes_cover_every_registered_wire_format() -> None:
 @pytest.fixture(scope="module")
 def sims() -> Iterator[dict[str, Simulator]]:
     slow = {f"{route.model}-slow": SLOW_PREFILL for route in ROUTES}
+    slow |= {f"{route.model}-long": LONG for route in ROUTES}
     with (
         Simulator(latency=FAST, models=slow, seed=7) as main,
         Simulator(latency=FAST, models=slow, seed=7) as mistral,
@@ -626,7 +631,7 @@ def test_the_prefix_hash_follows_the_system_prompt(sims: dict[str, Simulator], r
 @pytest.mark.parametrize(("route", "client"), cells("close"))
 def test_an_early_close_ends_the_call_closed(sims: dict[str, Simulator], route: Route, client: str) -> None:
     with instrumented(sims) as t:
-        sent = call(route, client, sims[route.sim], stop_after=2)
+        sent = call(route, client, sims[route.sim], stop_after=2, model=f"{route.model}-long")
         span = t.call()  # at the close, not when the stream is collected
     assert sent.raised is None, sent.raised
     assert attrs(span)[sc.FT_END_REASON] == sc.END_CLOSED

@@ -307,6 +307,11 @@ CASES: dict[str, Case] = {
 def _run_on_fresh_sim(case: Case) -> tuple[Seen, list[Any]]:
     with Simulator(latency=LATENCY, seed=7) as sim:
         seen = case.run(sim, case.api)
+        # The simulator lists a request once its handler has written the last byte; a framework that
+        # stops reading at the finish chunk (LangChain's stream) is back in the app before that.
+        deadline = time.monotonic() + 10
+        while not sim.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
         return seen, sim.requests
 
 
