@@ -44,19 +44,24 @@ fi
 # The bench HTML report is opened in headless Chromium (Debian's package).
 scripts/install_chromium.sh
 
-# The builds the real-server and real-stack tests need (llama.cpp's llama-server; the Collector,
-# Prometheus, Alertmanager and Jaeger from Go modules) take ~20-30 minutes cold on 2 cores, and most
-# of the suite does not need them: they run in the background, under `nice`, while lint, types, the
-# main pytest run and the other venvs' tests go on, and the tests that need them run after. Cached in
-# ~/.cache/firsttoken/, so a warm run starts them and finds everything built.
-BUILD_LOG=$(mktemp "${TMPDIR:-/tmp}/firsttoken-builds.XXXXXX")
-(
-    scripts/stack/build.sh --for-tests
-    scripts/llama_server.sh --for-tests
-) >"$BUILD_LOG" 2>&1 &
-BUILD_PID=$!
+# The builds the real-stack and real-server tests need (the Collector, Prometheus, Alertmanager and
+# Jaeger from Go modules; llama.cpp's llama-server) take ~20-30 minutes cold on 2 cores, and most of
+# the suite does not need them: they run in the background, under `nice`, one after the other, while
+# lint, types, the main pytest run and the other venvs' tests go on. The stack tests start as soon as
+# the Go builds are done (llama-server still building beside them), the real-server tests once it is.
+# Cached in ~/.cache/firsttoken/, so a warm run starts them and finds everything built.
+STACK_LOG=$(mktemp "${TMPDIR:-/tmp}/firsttoken-stack-build.XXXXXX")
+LLAMA_LOG=$(mktemp "${TMPDIR:-/tmp}/firsttoken-llama-build.XXXXXX")
 BUILD_STARTED=$(date +%s)
-echo "==> building the stack and llama-server in the background (pid $BUILD_PID, log $BUILD_LOG)"
+scripts/stack/build.sh --for-tests >"$STACK_LOG" 2>&1 &
+STACK_PID=$!
+(
+    # One build at a time: both use every core. The stack's is a sibling, so poll it.
+    while kill -0 "$STACK_PID" 2>/dev/null; do sleep 1; done
+    scripts/llama_server.sh --for-tests
+) >"$LLAMA_LOG" 2>&1 &
+LLAMA_PID=$!
+echo "==> building the stack (pid $STACK_PID, log $STACK_LOG), then llama-server (pid $LLAMA_PID, log $LLAMA_LOG), in the background"
 
 # Every step below runs even when an earlier one failed; the script ends with one summary line and
 # exits non-zero when any step failed. Add a step with: run_step NAME COMMAND [ARGS...]
@@ -76,22 +81,31 @@ run_step() {
         FAILED+=("$name")
     fi
 }
-# Waits for the background builds, once, and says what they gave.
-wait_for_builds() {
-    if [ -n "${BUILD_PID:-}" ]; then
-        local waited
-        waited=$(date +%s)
-        wait "$BUILD_PID" || true
-        BUILD_PID=""
-        cat "$BUILD_LOG"
-        echo "==> builds done $(($(date +%s) - BUILD_STARTED)) s after they started (waited $(($(date +%s) - waited)) s for them)"
+# Waits for one background build, once, and says what it gave: wait_for_build stack|llama
+wait_for_build() {
+    local pid log waited
+    waited=$(date +%s)
+    if [ "$1" = stack ]; then
+        pid=${STACK_PID:-} log=$STACK_LOG
+        STACK_PID=""
+    else
+        pid=${LLAMA_PID:-} log=$LLAMA_LOG
+        LLAMA_PID=""
     fi
-    # tests/real_server run against llama.cpp's llama-server, built once into a cache outside the repo.
-    if scripts/llama_server.sh --check; then export FIRSTTOKEN_REAL_SERVER=required; fi
-    # tests/stack run the Collector, Prometheus, Alertmanager and Jaeger that docker-compose.yml pins,
-    # built once from Go modules into a cache outside the repo. Required when built, and always in CI
-    # (a failed build then fails those tests with one line saying which build and why).
-    if [ "${CI:-}" = "true" ] || scripts/stack/build.sh --check; then export FIRSTTOKEN_STACK=required; fi
+    if [ -n "$pid" ]; then
+        wait "$pid" || true
+        cat "$log"
+        echo "==> $1 build done $(($(date +%s) - BUILD_STARTED)) s after the builds started (waited $(($(date +%s) - waited)) s for it)"
+    fi
+    if [ "$1" = stack ]; then
+        # tests/stack run the Collector, Prometheus, Alertmanager and Jaeger that docker-compose.yml
+        # pins, built once from Go modules into a cache outside the repo. Required when built, and
+        # always in CI (a failed build then fails those tests with one line saying which and why).
+        if [ "${CI:-}" = "true" ] || scripts/stack/build.sh --check; then export FIRSTTOKEN_STACK=required; fi
+    else
+        # tests/real_server run against llama.cpp's llama-server, built once into a cache outside the repo.
+        if scripts/llama_server.sh --check; then export FIRSTTOKEN_REAL_SERVER=required; fi
+    fi
 }
 
 run_step ruff "$VENV/bin/ruff" check src tests benchmarks scripts examples
@@ -99,7 +113,8 @@ run_step ruff-format "$VENV/bin/ruff" format --check src tests benchmarks script
 run_step mypy "$VENV/bin/mypy"
 if [ $# -gt 0 ]; then
     # Pytest arguments given: one run of what they select, once the builds are there.
-    wait_for_builds
+    wait_for_build stack
+    wait_for_build llama
     run_step pytest "$VENV/bin/python" -m pytest -q "$@"
 else
     # Everything but the tests that need the builds, while they build.
@@ -113,11 +128,15 @@ run_step pytest-frameworks scripts/frameworks.sh
 # asked for in each: a test that passes plain and fails with firsttoken fails the step unless listed.
 run_step anthropic-own-tests "$VENV/bin/python" scripts/anthropic_own_tests/run.py
 if [ $# -eq 0 ]; then
-    wait_for_builds
-    # The real stack (tests/stack) and the real inference server (tests/real_server).
-    run_step pytest-stack "$VENV/bin/python" -m pytest -q tests/stack tests/real_server
+    # The real stack (Collector, Prometheus, Alertmanager, Jaeger), while llama-server builds.
+    wait_for_build stack
+    run_step pytest-stack "$VENV/bin/python" -m pytest -q tests/stack
+    # The real inference server.
+    wait_for_build llama
+    run_step pytest-real-server "$VENV/bin/python" -m pytest -q tests/real_server
 fi
-wait_for_builds
+wait_for_build stack
+wait_for_build llama
 # firsttoken's own instructions per call under callgrind, against benchmarks/instruction_budget.json
 # (after the builds: on a quiet machine).
 run_step instruction-budget scripts/check_instructions.sh "$VENV"
