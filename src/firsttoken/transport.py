@@ -376,6 +376,30 @@ def attempt_failed(tl: Timeline, exc: BaseException | None = None, status: int |
     return True
 
 
+class Attempt:
+    """``with Attempt(tl):`` around one send of call ``tl`` (one attempt), in every client adapter: the
+    call is current (the hooks below the send find it) and its span is the context; an exception ends
+    the call, unless the SDK's retry loop decides (:func:`attempt_failed`), and is raised as it was."""
+
+    __slots__ = ("_call_token", "_context_token", "tl")
+
+    def __init__(self, tl: Timeline) -> None:
+        self.tl = tl
+
+    def __enter__(self) -> Timeline:
+        self._call_token = CURRENT_CALL.set(self.tl)
+        self._context_token = otel_context.attach(trace.set_span_in_context(self.tl.span))
+        return self.tl
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
+        try:
+            if exc is not None and not attempt_failed(self.tl, exc):
+                end_on_exception(self.tl, exc)
+        finally:
+            otel_context.detach(self._context_token)
+            CURRENT_CALL.reset(self._call_token)
+
+
 def unregister_response(response: Any) -> None:
     """A failed attempt's response: no longer the call's (the next attempt's will be)."""
     if call_for_response(response) is not None:
@@ -509,29 +533,24 @@ def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: An
     watch(response, tl)
 
 
+def _direct_sent(calls: DirectCalls, tl: Timeline, family: str, response: Any) -> None:
+    try:
+        _after_send(tl, response)
+        _direct_response(calls, tl, family, response)
+    except Exception:
+        internal_error("after-send hook failed")
+
+
 def _send_direct(wrapped: Any, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     calls = _direct
     started = _start_direct(calls, client, _request_of(args, kwargs))
     if calls is None or started is None:
         return wrapped(*args, **kwargs)
     tl, family = started
-    call_token = CURRENT_CALL.set(tl)
-    ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
-    try:
+    with Attempt(tl):
         _before_send(tl, _request_of(args, kwargs), False)
         response = wrapped(*args, **kwargs)
-    except BaseException as exc:
-        if not attempt_failed(tl, exc):
-            end_on_exception(tl, exc)
-        raise
-    finally:
-        otel_context.detach(ctx_token)
-        CURRENT_CALL.reset(call_token)
-    try:
-        _after_send(tl, response)
-        _direct_response(calls, tl, family, response)
-    except Exception:
-        internal_error("after-send hook failed")
+    _direct_sent(calls, tl, family, response)
     return response
 
 
@@ -541,23 +560,10 @@ async def _send_direct_async(wrapped: Any, client: Any, args: tuple[Any, ...], k
     if calls is None or started is None:
         return await wrapped(*args, **kwargs)
     tl, family = started
-    call_token = CURRENT_CALL.set(tl)
-    ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
-    try:
+    with Attempt(tl):
         _before_send(tl, _request_of(args, kwargs), True)
         response = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        if not attempt_failed(tl, exc):
-            end_on_exception(tl, exc)
-        raise
-    finally:
-        otel_context.detach(ctx_token)
-        CURRENT_CALL.reset(call_token)
-    try:
-        _after_send(tl, response)
-        _direct_response(calls, tl, family, response)
-    except Exception:
-        internal_error("after-send hook failed")
+    _direct_sent(calls, tl, family, response)
     return response
 
 

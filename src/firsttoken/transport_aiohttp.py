@@ -33,9 +33,6 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-
 from . import semconv as sc
 from ._internal import internal_error
 from ._patch import Patches
@@ -44,6 +41,7 @@ from .headers import read_header_pairs
 from .streams import end_on_exception, error_type_for_status, watch
 from .timeline import Timeline
 from .transport import (
+    Attempt,
     DirectCalls,
     SseFeed,
     WireRequest,
@@ -193,21 +191,12 @@ class AiohttpAdapter:
         if started is None:
             return await wrapped(*args, **kwargs)
         tl, family = started
-        call_token = CURRENT_CALL.set(tl)
-        ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
-        try:
+        with Attempt(tl):
             tl.attempts += 1
             if tl.attempts > 1:  # an attempt of an SDK's retry loop: this attempt's headers and connection
                 tl.headers_ns = tl.connect_ns = None
             tl.cut(time.perf_counter_ns(), sc.PHASE_PREPARE if tl.attempts == 1 else sc.PHASE_RETRY_WAIT)
             response = await wrapped(*args, **kwargs)
-        except BaseException as exc:
-            if not attempt_failed(tl, exc):
-                end_on_exception(tl, exc)
-            raise
-        finally:
-            otel_context.detach(ctx_token)
-            CURRENT_CALL.reset(call_token)
         try:
             self._responded(tl, family, response)
         except Exception:

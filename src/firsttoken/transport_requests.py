@@ -30,9 +30,6 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-
 from . import semconv as sc
 from ._internal import internal_error
 from ._patch import Patches
@@ -42,6 +39,7 @@ from .streams import end_on_exception, error_type_for_status, watch
 from .timeline import Timeline
 from .transport import (
     CONNECTING,
+    Attempt,
     DirectCalls,
     SseFeed,
     WireRequest,
@@ -140,9 +138,7 @@ class RequestsAdapter:
         if started is None:
             return wrapped(*args, **kwargs)
         tl, family = started
-        call_token = CURRENT_CALL.set(tl)
-        ctx_token = otel_context.attach(trace.set_span_in_context(tl.span))
-        try:
+        with Attempt(tl):
             tl.attempts += 1
             tl.connect_ns = tl.headers_ns = None
             sent = (args[0] if args else kwargs["request"]).body
@@ -150,13 +146,6 @@ class RequestsAdapter:
                 tl.request_bytes = (tl.request_bytes or 0) + len(sent.encode() if isinstance(sent, str) else sent)
             tl.cut(time.perf_counter_ns(), sc.PHASE_PREPARE if tl.attempts == 1 else sc.PHASE_RETRY_WAIT)
             response = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            if not attempt_failed(tl, exc):
-                end_on_exception(tl, exc)
-            raise
-        finally:
-            otel_context.detach(ctx_token)
-            CURRENT_CALL.reset(call_token)
         try:
             self._responded(tl, family, response)
         except Exception:
