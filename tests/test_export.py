@@ -435,6 +435,39 @@ def test_tally_counts_what_reached_the_collector_and_what_did_not(monkeypatch: p
     assert export.tally.exported["spans"] == 0 and export.tally.failed["spans"] == 1
 
 
+def test_a_closed_set_up_leaves_no_filter_behind(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """instrument() / uninstrument() cycles: each set-up's one-line filter goes with its exporters, so
+    the next set-up's outage is said with its own endpoint, not swallowed by a stale filter."""
+
+    def filters() -> list[logging.Filter]:
+        return [
+            f
+            for name in _otlp._EXPORTER_LOGGERS
+            for f in logging.getLogger(name).filters
+            if isinstance(f, _otlp.UnreachableFilter)
+        ]
+
+    before = len(filters())
+    monkeypatch.setenv(_otlp.ENV_ENDPOINT, "http://first-endpoint.invalid:4318")
+    first = _otlp.providers()  # nothing is sent to it: nothing is recorded
+    assert len(filters()) == before + len(_otlp._EXPORTER_LOGGERS)
+    assert first.close(timeout_s=10)
+    assert len(filters()) == before
+
+    refused = f"http://127.0.0.1:{_refused_port()}"
+    monkeypatch.setenv(_otlp.ENV_ENDPOINT, refused)
+    monkeypatch.setenv(_otlp.ENV_TIMEOUT, "0.5")
+    second = _otlp.providers()
+    with caplog.at_level(logging.WARNING, logger="firsttoken"):
+        second.tracer_provider.get_tracer("t").start_span("s").end()
+        second.close(timeout_s=10)
+    said = [r.getMessage() for r in caplog.records if r.name == "firsttoken"]
+    assert said and all("first-endpoint" not in m for m in said), said
+    assert any(refused in m for m in said), said
+
+
 # -- credentials in an endpoint are never printed --------------------------------------------------
 
 SECRETS = ("s3cret", "k3y", "t0ken", "51g")
@@ -442,8 +475,8 @@ SECRETS = ("s3cret", "k3y", "t0ken", "51g")
 
 @pytest.fixture
 def fresh_filters() -> None:
-    """Each set-up adds its one-line filter to the exporters' loggers for the life of the process: the
-    filters of the other tests' set-ups, each in its own outage, would say their line instead of this one's."""
+    """A set-up whose close did not finish keeps its one-line filter on the exporters' loggers (its
+    exporters may still log): another test's, in its own outage, would say its line instead of this one's."""
     for name in _otlp._EXPORTER_LOGGERS:
         logger = logging.getLogger(name)
         for old in [f for f in logger.filters if isinstance(f, _otlp.UnreachableFilter)]:

@@ -419,6 +419,11 @@ class UnreachableFilter(logging.Filter):
         for name in names:
             logging.getLogger(name).addFilter(self)
 
+    def uninstall(self, names: Sequence[str] = _EXPORTER_LOGGERS) -> None:
+        """The exporters are shut down: a later set-up's filter (another endpoint) says the lines."""
+        for name in names:
+            logging.getLogger(name).removeFilter(self)
+
 
 # -- providers ---------------------------------------------------------------------------------------
 
@@ -564,6 +569,8 @@ class Export:
             log.debug("firsttoken: the flush at exit gave up after %.1f s", budget)
         if self.quiet is not None:
             self.quiet.at_exit(done, budget)
+            if shutdown and done:  # else an exporter still running may log: its lines stay one
+                self.quiet.uninstall()
         self._closed = done
         return done
 
