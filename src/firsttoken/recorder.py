@@ -13,9 +13,12 @@ import contextlib
 import json
 import logging
 import threading
+from contextvars import Token
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.metrics import Histogram, Meter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
@@ -29,6 +32,27 @@ from .config import PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, Settings, warn
 from .timeline import STREAM_TEXT_KEY, Timeline, turn_bucket
 
 log = logging.getLogger("firsttoken")
+
+_SUPPRESSION_KEYS = (otel_context._SUPPRESS_INSTRUMENTATION_KEY, "suppress_instrumentation")
+"""The context keys by which code asks instrumentation to make no telemetry (OpenTelemetry's, and the
+older plain one some instrumentations still read): ``opentelemetry.instrumentation.utils.
+suppress_instrumentation()`` and logfire's set both. The OpenTelemetry SDK records spans under them;
+logfire's tracer provider records none."""
+
+
+def suppressed() -> bool:
+    """Whether the current context asks instrumentation to make no telemetry."""
+    return any(otel_context.get_value(key) for key in _SUPPRESSION_KEYS)
+
+
+def _set_aside() -> Token[Context] | None:
+    """Attach the current context with the suppression keys off, when it has them on (else None)."""
+    if not suppressed():
+        return None
+    current = otel_context.get_current()
+    for key in _SUPPRESSION_KEYS:
+        current = otel_context.set_value(key, False, current)
+    return otel_context.attach(current)
 
 
 _MAX_SERIES = 1024
@@ -181,8 +205,15 @@ class Recorder:
 
     # -- start -----------------------------------------------------------------------------
 
-    def start(self, tl: Timeline) -> Span:
-        """Start the call span with the attributes a head sampler needs."""
+    def start(self, tl: Timeline, app_suppressed: bool | None = None) -> Span:
+        """Start the call span with the attributes a head sampler needs.
+
+        ``app_suppressed``: whether the app's context suppressed instrumentation when it called the
+        SDK (None: not known). When it did not, suppression on now was set inside the SDK call by
+        another instrumentation for those below it (``logfire.instrument_openai()`` does by default):
+        the span is started as the app's context would have it, and recorded in every provider. When
+        the app did, or it is not known, the span is started under the context as it is.
+        """
         attrs: dict[str, AttributeValue] = {
             sc.GEN_AI_OPERATION_NAME: tl.operation,
             sc.GEN_AI_PROVIDER_NAME: tl.provider,
@@ -194,7 +225,12 @@ class Recorder:
             if tl.server_port is not None:
                 attrs[sc.SERVER_PORT] = tl.server_port
         name = f"{tl.operation} {tl.request_model}" if tl.request_model else tl.operation
-        span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs, start_time=tl.start_wall_ns)
+        token = _set_aside() if app_suppressed is False else None
+        try:
+            span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs, start_time=tl.start_wall_ns)
+        finally:
+            if token is not None:
+                otel_context.detach(token)
         tl.span = span
         return span
 
@@ -202,9 +238,18 @@ class Recorder:
 
     def finish(self, tl: Timeline) -> None:
         """Record everything about a finished call. Never raises."""
-        span: Span | None = tl.span
-        if span is None:
+        if tl.span is None:
             return
+        # A span that was recorded at its start is ended with suppression set aside too, wherever the
+        # call ends: a provider that honours suppression would otherwise never export it.
+        token = _set_aside() if tl.span.is_recording() else None
+        try:
+            self._finish(tl, tl.span)
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+
+    def _finish(self, tl: Timeline, span: Span) -> None:
         try:
             phases = tl.phases()
             totals: dict[str, int] = {}
