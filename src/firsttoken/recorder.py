@@ -33,25 +33,29 @@ from .timeline import STREAM_TEXT_KEY, Timeline, turn_bucket
 
 log = logging.getLogger("firsttoken")
 
-_SUPPRESSION_KEYS = (otel_context._SUPPRESS_INSTRUMENTATION_KEY, "suppress_instrumentation")
-"""The context keys by which code asks instrumentation to make no telemetry (OpenTelemetry's, and the
+_SUPPRESS = otel_context._SUPPRESS_INSTRUMENTATION_KEY
+_SUPPRESS_PLAIN = "suppress_instrumentation"
+"""These two: the context keys by which code asks instrumentation to make no telemetry (OpenTelemetry's, and the
 older plain one some instrumentations still read): ``opentelemetry.instrumentation.utils.
 suppress_instrumentation()`` and logfire's set both. The OpenTelemetry SDK records spans under them;
 logfire's tracer provider records none."""
 
 
+def _on(context: Context) -> bool:
+    return bool(context.get(_SUPPRESS) or context.get(_SUPPRESS_PLAIN))
+
+
 def suppressed() -> bool:
     """Whether the current context asks instrumentation to make no telemetry."""
-    return any(otel_context.get_value(key) for key in _SUPPRESSION_KEYS)
+    return _on(otel_context.get_current())
 
 
 def _set_aside() -> Token[Context] | None:
     """Attach the current context with the suppression keys off, when it has them on (else None)."""
-    if not suppressed():
-        return None
     current = otel_context.get_current()
-    for key in _SUPPRESSION_KEYS:
-        current = otel_context.set_value(key, False, current)
+    if not _on(current):
+        return None
+    current = otel_context.set_value(_SUPPRESS_PLAIN, False, otel_context.set_value(_SUPPRESS, False, current))
     return otel_context.attach(current)
 
 
