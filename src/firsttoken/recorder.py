@@ -20,7 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import Histogram, Meter
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from . import instruments, tail
@@ -272,7 +272,10 @@ class Recorder:
                             span.set_attribute(sc.FT_WATERFALL_CAPPED, True)
                 elif mode == PHASE_SPANS_ALWAYS:
                     self._phase_spans(span, tl, phases)
-            ctx = trace.set_span_in_context(span)  # metrics in the span's context: exemplars
+            # Metrics in the context of the span's identity: exemplars link to it. Not the span object
+            # itself: logfire's meter sums gen_ai.client.token.usage onto the current span and its
+            # ancestors (its own spans' totals), where firsttoken's tokens are not theirs to count.
+            ctx = trace.set_span_in_context(NonRecordingSpan(span.get_span_context()))
             sums: list[tuple[SummedCounter, float, Key]] = []
             series = self._series(tl)
             self._metrics(tl, series, ctx, sums)
