@@ -1,13 +1,12 @@
 """Other GenAI instrumentations of the same SDK calls: said once each, in one line (docs/coexistence.md).
 
 openai-v2 and OpenLLMetry record ``gen_ai.client.*`` metrics under the same names as firsttoken and a
-span of their own for each call; logfire's ``instrument_openai()``/``instrument_anthropic()``
-suppress every other instrumentation during the call by default, firsttoken's spans included where
-they go to logfire's tracer provider. Each
-is noticed when its instrumentor has already run when firsttoken installs, or when it runs later
-(its ``_instrument``, or logfire's method, is wrapped), and said once per process, naming the
-others of the same SDK noticed before it (three or more sources are no rarer than two). Nothing is
-changed in what either records: the app decides (docs/coexistence.md says how).
+span of their own for each call. Each is noticed when its instrumentor has already run when
+firsttoken installs, or when it runs later (its ``_instrument`` is wrapped), and said once per
+process, naming the others of the same SDK noticed before it (three or more sources are no rarer
+than two). Nothing is changed in what either records: the app decides (docs/coexistence.md says how).
+logfire's ``instrument_openai()``/``instrument_anthropic()`` need no note: the suppression they set
+inside each call is set aside for firsttoken's own spans (:meth:`firsttoken.recorder.Recorder.start`).
 """
 
 from __future__ import annotations
@@ -27,11 +26,6 @@ _ALSO_INSTRUMENTED = (
     ' call from each instrumentation, firsttoken included (select otel_scope_name="firsttoken" for'
     " firsttoken's alone), and each makes its own span; see " + DOC
 )
-_SUPPRESSED = (
-    "logfire.{method}() suppresses other instrumentation during each call: firsttoken's spans are not"
-    " recorded where it records into logfire's tracer provider; pass suppress_other_instrumentation=False"
-    " to keep them; see " + DOC
-)
 
 INSTRUMENTORS: dict[str, tuple[str, str, str]] = {
     "opentelemetry.instrumentation.openai_v2": (
@@ -47,8 +41,6 @@ INSTRUMENTORS: dict[str, tuple[str, str, str]] = {
     ),
 }
 """Module -> (its instrumentor class, the name the note gives it, the SDK it instruments)."""
-
-LOGFIRE_METHODS = ("instrument_openai", "instrument_anthropic")
 
 _said: set[str] = set()
 _lock = threading.Lock()
@@ -101,23 +93,3 @@ def watch_instrumentor(patches: Patches, module: ModuleType) -> None:
         return result
 
     patches.wrap(module.__name__, f"{cls_name}._instrument", instrument)
-
-
-def watch_logfire(patches: Patches, module: ModuleType) -> None:
-    """Say it when ``logfire.instrument_openai()`` or ``instrument_anthropic()`` suppresses the others.
-
-    Watched on ``logfire._internal.main`` (the ``Logfire`` class, before ``logfire`` binds its default
-    instance's methods) and on ``logfire`` (those bound methods, when it was imported first).
-    """
-    owner = "Logfire." if module.__name__ != "logfire" else ""
-    for method in LOGFIRE_METHODS:
-
-        def instrument(
-            wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any], method: str = method
-        ) -> Any:
-            result = wrapped(*args, **kwargs)
-            if kwargs.get("suppress_other_instrumentation", True):
-                say_once(f"logfire.{method}", _SUPPRESSED.format(method=method))
-            return result
-
-        patches.wrap(module.__name__, owner + method, instrument)

@@ -186,13 +186,6 @@ def _another_instrumentor(installation: Installation, module: ModuleType) -> boo
     return False  # noticed, not instrumented: not in patched()
 
 
-def _logfire(installation: Installation, module: ModuleType) -> bool:
-    from . import _coexist
-
-    _coexist.watch_logfire(installation.patches, module)
-    return False
-
-
 _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("openai", _openai),
     ("anthropic", _anthropic),
@@ -215,8 +208,6 @@ _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("opentelemetry.instrumentation.openai_v2", _another_instrumentor),
     ("opentelemetry.instrumentation.openai", _another_instrumentor),
     ("opentelemetry.instrumentation.anthropic", _another_instrumentor),
-    ("logfire._internal.main", _logfire),
-    ("logfire", _logfire),
 )
 
 

@@ -13,11 +13,14 @@ import contextlib
 import json
 import logging
 import threading
+from contextvars import Token
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.metrics import Histogram, Meter
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import NonRecordingSpan, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from . import instruments, tail
@@ -29,6 +32,31 @@ from .config import PHASE_SPANS_ALWAYS, PHASE_SPANS_TAIL, Settings, warn
 from .timeline import STREAM_TEXT_KEY, Timeline, turn_bucket
 
 log = logging.getLogger("firsttoken")
+
+_SUPPRESS = otel_context._SUPPRESS_INSTRUMENTATION_KEY
+_SUPPRESS_PLAIN = "suppress_instrumentation"
+"""These two: the context keys by which code asks instrumentation to make no telemetry (OpenTelemetry's, and the
+older plain one some instrumentations still read): ``opentelemetry.instrumentation.utils.
+suppress_instrumentation()`` and logfire's set both. The OpenTelemetry SDK records spans under them;
+logfire's tracer provider records none."""
+
+
+def _on(context: Context) -> bool:
+    return bool(context.get(_SUPPRESS) or context.get(_SUPPRESS_PLAIN))
+
+
+def suppressed() -> bool:
+    """Whether the current context asks instrumentation to make no telemetry."""
+    return _on(otel_context.get_current())
+
+
+def _set_aside() -> Token[Context] | None:
+    """Attach the current context with the suppression keys off, when it has them on (else None)."""
+    current = otel_context.get_current()
+    if not _on(current):
+        return None
+    current = otel_context.set_value(_SUPPRESS_PLAIN, False, otel_context.set_value(_SUPPRESS, False, current))
+    return otel_context.attach(current)
 
 
 _MAX_SERIES = 1024
@@ -181,8 +209,15 @@ class Recorder:
 
     # -- start -----------------------------------------------------------------------------
 
-    def start(self, tl: Timeline) -> Span:
-        """Start the call span with the attributes a head sampler needs."""
+    def start(self, tl: Timeline, app_suppressed: bool | None = None) -> Span:
+        """Start the call span with the attributes a head sampler needs.
+
+        ``app_suppressed``: whether the app's context suppressed instrumentation when it called the
+        SDK (None: not known). When it did not, suppression on now was set inside the SDK call by
+        another instrumentation for those below it (``logfire.instrument_openai()`` does by default):
+        the span is started as the app's context would have it, and recorded in every provider. When
+        the app did, or it is not known, the span is started under the context as it is.
+        """
         attrs: dict[str, AttributeValue] = {
             sc.GEN_AI_OPERATION_NAME: tl.operation,
             sc.GEN_AI_PROVIDER_NAME: tl.provider,
@@ -194,7 +229,12 @@ class Recorder:
             if tl.server_port is not None:
                 attrs[sc.SERVER_PORT] = tl.server_port
         name = f"{tl.operation} {tl.request_model}" if tl.request_model else tl.operation
-        span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs, start_time=tl.start_wall_ns)
+        token = _set_aside() if app_suppressed is False else None
+        try:
+            span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs, start_time=tl.start_wall_ns)
+        finally:
+            if token is not None:
+                otel_context.detach(token)
         tl.span = span
         return span
 
@@ -202,9 +242,18 @@ class Recorder:
 
     def finish(self, tl: Timeline) -> None:
         """Record everything about a finished call. Never raises."""
-        span: Span | None = tl.span
-        if span is None:
+        if tl.span is None:
             return
+        # A span that was recorded at its start is ended with suppression set aside too, wherever the
+        # call ends: a provider that honours suppression would otherwise never export it.
+        token = _set_aside() if tl.span.is_recording() else None
+        try:
+            self._finish(tl, tl.span)
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+
+    def _finish(self, tl: Timeline, span: Span) -> None:
         try:
             phases = tl.phases()
             totals: dict[str, int] = {}
@@ -223,7 +272,10 @@ class Recorder:
                             span.set_attribute(sc.FT_WATERFALL_CAPPED, True)
                 elif mode == PHASE_SPANS_ALWAYS:
                     self._phase_spans(span, tl, phases)
-            ctx = trace.set_span_in_context(span)  # metrics in the span's context: exemplars
+            # Metrics in the context of the span's identity: exemplars link to it. Not the span object
+            # itself: logfire's meter sums gen_ai.client.token.usage onto the current span and its
+            # ancestors (its own spans' totals), where firsttoken's tokens are not theirs to count.
+            ctx = trace.set_span_in_context(NonRecordingSpan(span.get_span_context()))
             sums: list[tuple[SummedCounter, float, Key]] = []
             series = self._series(tl)
             self._metrics(tl, series, ctx, sums)

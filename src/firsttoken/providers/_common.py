@@ -11,7 +11,8 @@ from typing import Any
 
 from .. import semconv as sc
 from ..config import warn
-from ..context import CALL_START
+from ..context import APP_SUPPRESSED, CALL_START
+from ..recorder import suppressed
 from ..streams import is_running, watch
 from ..timeline import STREAM_TEXT_KEY, Timeline
 from .endpoints import Resolver
@@ -144,13 +145,16 @@ def check_version(dist: str, spec: str) -> bool:
 
 
 def stamp_start(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Wrapper for a public SDK method: the call starts when the app calls it (outermost wins)."""
+    """Wrapper for a public SDK method: the call starts when the app calls it (outermost wins), and
+    whether the app's context suppressed instrumentation is read there, before any wrapper below."""
     if CALL_START.get() is not None:
         return wrapped(*args, **kwargs)
     token = CALL_START.set((time.perf_counter_ns(), time.time_ns()))
+    app_token = APP_SUPPRESSED.set(suppressed())
     try:
         return wrapped(*args, **kwargs)
     finally:
+        APP_SUPPRESSED.reset(app_token)
         CALL_START.reset(token)
 
 
@@ -158,7 +162,9 @@ async def stamp_start_async(wrapped: Any, instance: Any, args: tuple[Any, ...], 
     if CALL_START.get() is not None:
         return await wrapped(*args, **kwargs)
     token = CALL_START.set((time.perf_counter_ns(), time.time_ns()))
+    app_token = APP_SUPPRESSED.set(suppressed())
     try:
         return await wrapped(*args, **kwargs)
     finally:
+        APP_SUPPRESSED.reset(app_token)
         CALL_START.reset(token)

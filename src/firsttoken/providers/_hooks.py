@@ -24,7 +24,7 @@ from .. import semconv as sc
 from .._internal import internal_error
 from .._patch import Patches
 from ..config import warn
-from ..context import CALL_START, CONVERSATION_ID, CURRENT_ACTION, CURRENT_CALL, TRAFFIC_CLASS
+from ..context import APP_SUPPRESSED, CALL_START, CONVERSATION_ID, CURRENT_ACTION, CURRENT_CALL, TRAFFIC_CLASS
 from ..recorder import Recorder
 from ..streams import Observer, end_on_exception, observe_async, observe_sync, watch
 from ..timeline import Timeline
@@ -145,7 +145,7 @@ def open_call(
         tl.chunk_gaps = []
     if settings.capture_content and what.content is not None:
         tl.capture = what.content()
-    recorder.start(tl)
+    recorder.start(tl, APP_SUPPRESSED.get())
     return tl
 
 
