@@ -12,17 +12,12 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
-from .timeline import Timeline
+from .timeline import CallStart, Timeline
 
 CURRENT_CALL: ContextVar[Timeline | None] = ContextVar("firsttoken_current_call", default=None)
 
-CALL_START: ContextVar[tuple[int, int] | None] = ContextVar("firsttoken_call_start", default=None)
-"""(perf_counter_ns, time_ns) when the app called the SDK's public method; the call's start."""
-
-APP_SUPPRESSED: ContextVar[bool | None] = ContextVar("firsttoken_app_suppressed", default=None)
-"""Whether the app's context asked instrumentation to stay quiet (OpenTelemetry's suppression keys)
-when it called the SDK's public method; None: no public method was seen. Suppression set later,
-inside the SDK call (``logfire.instrument_openai()``'s), is another instrumentation's, not the app's."""
+CALL_START: ContextVar[CallStart | None] = ContextVar("firsttoken_call_start", default=None)
+"""The :data:`CallStart` of the SDK call the current code runs in (None: no public method was seen)."""
 
 TRAFFIC_CLASS: ContextVar[str | None] = ContextVar("firsttoken_traffic_class", default=None)
 CONVERSATION_ID: ContextVar[str | None] = ContextVar("firsttoken_conversation_id", default=None)

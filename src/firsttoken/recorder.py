@@ -50,6 +50,18 @@ def suppressed() -> bool:
     return _on(otel_context.get_current())
 
 
+def _plain(tracer_or_meter: object) -> bool:
+    """The OpenTelemetry SDK's tracer or meter, or the API's no-op one: neither honours suppression nor
+    adds to spans (checked by module, so that the SDK is not imported for an app that has none)."""
+    cls = type(tracer_or_meter)
+    if "Proxy" in cls.__name__:  # the API's proxy for a global provider set later, maybe logfire's
+        return False
+    return cls.__module__.startswith("opentelemetry.sdk.") or cls.__module__ in _API_MODULES
+
+
+_API_MODULES = ("opentelemetry.trace", "opentelemetry.metrics", "opentelemetry.metrics._internal")
+
+
 def _set_aside() -> Token[Context] | None:
     """Attach the current context with the suppression keys off, when it has them on (else None)."""
     current = otel_context.get_current()
@@ -196,6 +208,10 @@ class Recorder:
 
     def __init__(self, tracer: Tracer, meter: Meter, settings: Settings) -> None:
         self.tracer = tracer
+        self._suppressible = not _plain(tracer)
+        """Whether the tracer may honour suppression (logfire's does; the SDK's and the no-op one do not)."""
+        self._sums_onto_spans = not _plain(meter)
+        """Whether the meter may be one that adds what it records to the current span (logfire's)."""
         self.settings = settings
         self._slow = tail.SlowTail()
         self._budget = tail.Budget(settings.tail_share)
@@ -229,7 +245,7 @@ class Recorder:
             if tl.server_port is not None:
                 attrs[sc.SERVER_PORT] = tl.server_port
         name = f"{tl.operation} {tl.request_model}" if tl.request_model else tl.operation
-        token = _set_aside() if app_suppressed is False else None
+        token = _set_aside() if app_suppressed is False and self._suppressible else None
         try:
             span = self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attrs, start_time=tl.start_wall_ns)
         finally:
@@ -246,7 +262,7 @@ class Recorder:
             return
         # A span that was recorded at its start is ended with suppression set aside too, wherever the
         # call ends: a provider that honours suppression would otherwise never export it.
-        token = _set_aside() if tl.span.is_recording() else None
+        token = _set_aside() if self._suppressible and tl.span.is_recording() else None
         try:
             self._finish(tl, tl.span)
         finally:
@@ -275,7 +291,9 @@ class Recorder:
             # Metrics in the context of the span's identity: exemplars link to it. Not the span object
             # itself: logfire's meter sums gen_ai.client.token.usage onto the current span and its
             # ancestors (its own spans' totals), where firsttoken's tokens are not theirs to count.
-            ctx = trace.set_span_in_context(NonRecordingSpan(span.get_span_context()))
+            ctx = trace.set_span_in_context(
+                NonRecordingSpan(span.get_span_context()) if self._sums_onto_spans else span
+            )
             sums: list[tuple[SummedCounter, float, Key]] = []
             series = self._series(tl)
             self._metrics(tl, series, ctx, sums)

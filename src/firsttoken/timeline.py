@@ -18,6 +18,12 @@ from . import semconv as sc
 
 _AT = itemgetter(0)
 
+CallStart = tuple[int, int, bool]
+"""When the app called the SDK's public method (perf_counter_ns, time_ns): the call's start; and
+whether the app's context then asked instrumentation to stay quiet (OpenTelemetry's suppression
+keys). Suppression set later, inside the SDK call (``logfire.instrument_openai()``'s), is another
+instrumentation's, not the app's."""
+
 
 def is_cancellation(exc: BaseException) -> bool:
     """asyncio cancellation or Ctrl-C: a call or scope ending so is cancelled, not failed.
@@ -112,12 +118,12 @@ class Timeline:
         server_port: int | None,
         stream: bool,
         on_finish: Callable[[Timeline], None],
-        start: tuple[int, int] | None = None,
+        start: CallStart | None = None,
     ) -> None:
         if start is None:
             self.start_ns, self.start_wall_ns = time.perf_counter_ns(), time.time_ns()
         else:
-            self.start_ns, self.start_wall_ns = start
+            self.start_ns, self.start_wall_ns, _ = start
         self.provider = provider
         self.operation = operation
         self.request_model = request_model

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import semconv as sc
 from ..config import warn
-from ..context import APP_SUPPRESSED, CALL_START
+from ..context import CALL_START
 from ..recorder import suppressed
 from ..streams import is_running, watch
 from ..timeline import STREAM_TEXT_KEY, Timeline
@@ -149,22 +149,18 @@ def stamp_start(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict
     whether the app's context suppressed instrumentation is read there, before any wrapper below."""
     if CALL_START.get() is not None:
         return wrapped(*args, **kwargs)
-    token = CALL_START.set((time.perf_counter_ns(), time.time_ns()))
-    app_token = APP_SUPPRESSED.set(suppressed())
+    token = CALL_START.set((time.perf_counter_ns(), time.time_ns(), suppressed()))
     try:
         return wrapped(*args, **kwargs)
     finally:
-        APP_SUPPRESSED.reset(app_token)
         CALL_START.reset(token)
 
 
 async def stamp_start_async(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if CALL_START.get() is not None:
         return await wrapped(*args, **kwargs)
-    token = CALL_START.set((time.perf_counter_ns(), time.time_ns()))
-    app_token = APP_SUPPRESSED.set(suppressed())
+    token = CALL_START.set((time.perf_counter_ns(), time.time_ns(), suppressed()))
     try:
         return await wrapped(*args, **kwargs)
     finally:
-        APP_SUPPRESSED.reset(app_token)
         CALL_START.reset(token)

@@ -24,10 +24,10 @@ from .. import semconv as sc
 from .._internal import internal_error
 from .._patch import Patches
 from ..config import warn
-from ..context import APP_SUPPRESSED, CALL_START, CONVERSATION_ID, CURRENT_ACTION, CURRENT_CALL, TRAFFIC_CLASS
+from ..context import CALL_START, CONVERSATION_ID, CURRENT_ACTION, CURRENT_CALL, TRAFFIC_CLASS
 from ..recorder import Recorder
 from ..streams import Observer, end_on_exception, observe_async, observe_sync, watch
-from ..timeline import Timeline
+from ..timeline import CallStart, Timeline
 from ..transport import call_for_response, register_response
 from . import _common as common
 from . import _levers as levers
@@ -111,7 +111,7 @@ def open_call(
     server: tuple[str | None, int | None, Endpoint],
     client: Any,
     on_finish: Callable[[Timeline], None],
-    start: tuple[int, int] | None = None,
+    start: CallStart | None = None,
 ) -> Timeline:
     """The one way a call is opened, on every path: the timeline, and everything around it (endpoint,
     traffic class, conversation and turn, action, prefix hash, client reuse, request attributes,
@@ -145,7 +145,9 @@ def open_call(
         tl.chunk_gaps = []
     if settings.capture_content and what.content is not None:
         tl.capture = what.content()
-    recorder.start(tl, APP_SUPPRESSED.get())
+    if start is None:  # a call read on the wire: the SDK call it is sent in, if any, knows the app's suppression
+        start = CALL_START.get()
+    recorder.start(tl, None if start is None else start[2])
     return tl
 
 
