@@ -15,25 +15,32 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import random
 import re
 import select
 import socket
 import threading
 import time
+import urllib.request
 import zlib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import openai
 import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanContext, TraceFlags
 
 from firsttoken import view
+from firsttoken.sim import Simulator
 
+from .conftest import Telemetry
 from .test_view import Command, calls_request
 
 MB = 1 << 20
@@ -170,8 +177,10 @@ def raw(r: Receiver, head: bytes, body: bytes = b"", timeout: float = 20) -> tup
         return int(top.split()[1]), rest
 
 
-def post(r: Receiver, body: bytes, content_type: str = "application/x-protobuf", **headers: str) -> tuple[int, bytes]:
-    lines = [b"POST /v1/traces HTTP/1.1", b"Host: x", f"Content-Type: {content_type}".encode()]
+def post(
+    r: Receiver, body: bytes, content_type: str = "application/x-protobuf", path: str = "/v1/traces", **headers: str
+) -> tuple[int, bytes]:
+    lines = [f"POST {path} HTTP/1.1".encode(), b"Host: x", f"Content-Type: {content_type}".encode()]
     lines += [f"{k.replace('_', '-')}: {v}".encode() for k, v in headers.items()]
     lines.append(f"Content-Length: {len(body)}".encode())
     return raw(r, b"\r\n".join(lines), body)
@@ -270,6 +279,136 @@ def test_json_costs_a_small_multiple_of_the_limit(receiver: tuple[Receiver, App]
     with case(receiver, "json at its limit", peak_mb=128, cpu_s=10):
         status, body = post(r, gzip.compress(dense_json(2 * MB - 100)), "application/json", Content_Encoding="gzip")
         assert status == 200, body
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (a message, bytes or a string)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _one_span(*fields: bytes) -> bytes:
+    """An ExportTraceServiceRequest of one span with valid ids and the given fields."""
+    span = _field(1, b"\1" * 16) + _field(2, b"\2" * 8) + b"".join(fields)
+    return _field(1, _field(2, _field(2, span)))  # resource_spans > scope_spans > spans
+
+
+def test_protobuf_costs_a_small_multiple_of_the_limit(receiver: tuple[Receiver, App]) -> None:
+    """Item 7, protobuf. The protobuf parser holds ~50-65 bytes for each message, even an empty one (two
+    bytes on the wire). Before: 16 MB of empty messages was answered 200 after 529 MB above idle and 16 s of
+    CPU. Now the receiver counts the messages on the wire first (about 0.2 s for 16 MB) and refuses a body
+    that makes more than one per 16 bytes of the limit (a million at 16 MB), wherever they are."""
+    r, _ = receiver
+    size = 16 * MB - 100
+    with case(receiver, "protobuf of empty messages", peak_mb=64, cpu_s=8):  # 16 MB bodies held in turn
+        for body in (
+            b"\x0a\x00" * (size // 2),  # resource_spans
+            _one_span(b"\x4a\x00" * (size // 2 - 40)),  # a span's attributes
+            _one_span(_field(9, _field(1, b"k") + _field(2, _field(5, b"\x0a\x00" * (size // 2 - 50))))),  # a list
+            (b"\x0a\x0e" + _field(15, b"x" * 12)) * (size // 16),  # fields OTLP does not have, kept as bytes
+        ):
+            status, answer = post(r, body)
+            assert status == 413 and b"protobuf messages" in answer, (status, answer[:200])
+        status, answer = post(r, b"\x0a\x00" * (size // 2), path="/v1/metrics")  # resource_metrics
+        assert status == 413 and b"protobuf messages" in answer, (status, answer[:200])
+    # The most messages a body may make, each as costly as they come to turn into spans (the resource_spans are
+    # walked in Python): 63 MB above idle and 2.2 s of CPU measured; under 8 times the limit is the bound.
+    with case(receiver, "protobuf at its message bound", peak_mb=128, cpu_s=12):
+        status, answer = post(r, b"\x0a\x00" * (MB - 1))
+        assert status == 200, answer
+    # 8 MB of the smallest call spans (ids and gen_ai.operation.name: 63 bytes, 3 messages), 133,000 of them.
+    # Before: all turned into records, then into rows, at once (~185 MB above idle; 370 MB at 16 MB); now a
+    # thousand at a time: ~55 MB measured (110 MB and 5 s at 16 MB, most of it storing the rows).
+    kv = _field(1, b"gen_ai.operation.name") + _field(2, _field(1, b"chat"))
+    span = _field(2, _field(1, b"\1" * 16) + _field(2, b"\2" * 8) + _field(9, kv))
+    with case(receiver, "many small call spans", peak_mb=96, cpu_s=15):
+        status, answer = post(r, _field(1, _field(2, span * (8 * MB // len(span)))))
+        assert status == 200, answer
+
+
+def test_the_message_count_is_read_right_and_refuses_nothing_the_parser_takes() -> None:
+    """The count read from the wire is the parser's (5 spans, each with 2 attributes: a key-value and its value
+    each, in one scope in one resource), and no body cut short or with a byte changed is refused by the
+    count where the parser takes it (the parser still checks what the count skips, such as UTF-8)."""
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from firsttoken.view import _otlp
+
+    descriptor = ExportTraceServiceRequest.DESCRIPTOR
+    body = calls_request(5, time.time_ns())
+    assert _otlp.count_messages(body, descriptor, 1000) == 1 + 1 + 5 + 5 * 2 * 2
+    with pytest.raises(_otlp.TooLarge):
+        _otlp.count_messages(body, descriptor, 26)
+    rng = random.Random(7)
+    changed = [body[:i] + bytes([rng.randrange(256)]) + body[i + 1 :] for i in rng.choices(range(len(body)), k=2000)]
+    for variant in [body[:cut] for cut in range(len(body))] + changed:
+        try:
+            ExportTraceServiceRequest.FromString(variant)
+        except DecodeError:
+            continue
+        _otlp.count_messages(variant, descriptor, 1000)  # taken by the parser: not refused by the count
+
+
+def test_real_bodies_up_to_the_limit_are_taken_whole(tmp_path: Path, telemetry: Telemetry, sim: Simulator) -> None:
+    """Item 7: the message bound leaves room for real spans (one message per ~20 bytes): firsttoken's own spans,
+    copied to one 15 MB request encoded as the OpenTelemetry SDK's OTLP exporters encode it, are all received."""
+    client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k")
+    for _ in client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True,
+        stream_options={"include_usage": True},
+    ):  # fmt: skip
+        pass
+    client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    spans = telemetry.spans()
+    assert len(telemetry.calls()) == 2 and len(spans) > 2, [s.name for s in spans]  # calls and their phases
+    one = len(encode_spans(spans).SerializeToString())
+    copies = [copy for n in range(15 * MB // one) for copy in _copied(spans, n)]
+    body = encode_spans(copies).SerializeToString()  # the body the OTLP/HTTP exporter sends for them
+    assert 14 * MB < len(body) < 16 * MB
+    server = view.make_server(port=0, db=str(tmp_path / "v.sqlite3"))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        request = urllib.request.Request(
+            server.url + "/v1/traces", data=body, headers={"Content-Type": "application/x-protobuf"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            assert answer.status == 200
+        assert server.received_spans == len(copies)
+        assert server.store.count() == 2 * len(copies) // len(spans)  # every call, stored
+    finally:
+        server.shutdown()
+        server.server_close()
+        server.store.close()
+
+
+def _copied(spans: list[ReadableSpan], n: int) -> list[ReadableSpan]:
+    """The spans again in a trace of their own (trace ``n``), their span ids new and their parents kept."""
+    ids = {s.context.span_id: (n + 1) << 16 | i for i, s in enumerate(spans)}
+
+    def context(span_id: int) -> SpanContext:
+        return SpanContext((n + 1) << 64 | 1, ids.get(span_id, span_id), is_remote=False, trace_flags=TraceFlags(1))
+
+    out = []
+    for s in spans:
+        parent = context(s.parent.span_id) if s.parent else None
+        out.append(
+            ReadableSpan(
+                name=s.name,
+                context=context(s.context.span_id),
+                parent=parent,
+                resource=s.resource,
+                attributes=s.attributes,
+                events=s.events,
+                links=s.links,
+                kind=s.kind,
+                status=s.status,
+                start_time=s.start_time,
+                end_time=s.end_time,
+                instrumentation_scope=s.instrumentation_scope,
+            )
+        )
+    return out
 
 
 def test_concurrent_large_bodies_are_decoded_one_at_a_time(receiver: tuple[Receiver, App]) -> None:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import base64
 import json
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -124,9 +127,102 @@ def decode_body(body: bytes, encoding: str | None, limit: int) -> bytes:
         raise BadRequest(f"the body is not valid {encoding}: {exc}") from None
 
 
-def _parse(message: Any, body: bytes, content_type: str | None) -> Any:
+MESSAGE_BYTES = 16
+"""A protobuf request may make at most one message per this many bytes of the limit it is decoded under:
+the protobuf parser (upb) holds ~50-65 bytes for each message, even an empty one (two bytes on the wire),
+so this bounds what decoding holds to about four times the limit. Real spans make one message per ~20
+bytes (an attribute is two: the key-value and its value)."""
+MAX_DEPTH = 100
+"""Messages nested deeper than this are refused, as the protobuf parser refuses them."""
+BATCH = 1000
+"""Spans turned into records at a time, so that what a request holds in records stays small."""
+
+
+@cache
+def _message_fields(descriptor: Descriptor) -> dict[int, Descriptor | None]:
+    """The message's fields by number: the message type of each that is a message, None for the others."""
+    return {f.number: f.message_type if f.type == FieldDescriptor.TYPE_MESSAGE else None for f in descriptor.fields}
+
+
+def _varint(body: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = body[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise BadRequest("not an OTLP protobuf message: a varint longer than 10 bytes")
+
+
+def count_messages(body: bytes, descriptor: Descriptor, most: int) -> int:
+    """How many messages decoding ``body`` as ``descriptor`` makes, read from the wire format without
+    decoding it, each field the message type does not have counted as one more (the parser keeps it, at
+    about the cost of a message); ``TooLarge`` as soon as that passes ``most``, so a body of millions of
+    empty messages costs time up to ``most``, not its size."""
+    count = 0
+    fields, at, end = _message_fields(descriptor), 0, len(body)
+    outer: list[tuple[dict[int, Descriptor | None], int, int]] = []
+    try:
+        while True:
+            if at >= end:
+                if at > end:
+                    raise BadRequest("not an OTLP protobuf message: a field runs past its message")
+                if not outer:
+                    return count
+                fields, at, end = outer.pop()
+                continue
+            tag = body[at]
+            at += 1
+            if tag >= 0x80:
+                tag, at = _varint(body, at - 1)
+            wire, number = tag & 7, tag >> 3
+            if not number:
+                raise BadRequest("not an OTLP protobuf message: a field numbered 0")
+            known, sub = number in fields, fields.get(number)
+            if not known or (sub is not None and wire == 2):
+                count += 1
+                if count > most:
+                    raise TooLarge(
+                        f"the body makes over {most} protobuf messages and unknown fields, past what the viewer"
+                        f" decodes under its limit (one per {MESSAGE_BYTES} bytes of it)"
+                    )
+            if wire == 2:
+                length = body[at]
+                at += 1
+                if length >= 0x80:
+                    length, at = _varint(body, at - 1)
+                stop = at + length
+                if sub is None or not length or stop > end:
+                    at = stop
+                    continue
+                if len(outer) >= MAX_DEPTH:
+                    raise BadRequest(f"not an OTLP protobuf message: nested more than {MAX_DEPTH} deep")
+                outer.append((fields, stop, end))
+                fields, end = _message_fields(sub), stop
+            elif wire == 0:
+                while body[at] >= 0x80:
+                    at += 1
+                at += 1
+            elif wire == 1:
+                at += 8
+            elif wire == 5:
+                at += 4
+            else:
+                raise BadRequest(f"not an OTLP protobuf message: wire type {wire}")
+    except IndexError:
+        raise BadRequest("not an OTLP protobuf message: it ends inside a field") from None
+
+
+def _parse(message: Any, body: bytes, content_type: str | None, max_messages: int | None = None) -> Any:
+    """``message`` parsed from ``body``; for protobuf, counted first when the body is long enough to make
+    more than ``max_messages`` messages (each takes at least two bytes)."""
     kind = (content_type or "").split(";", 1)[0].strip().lower()
     if kind == PROTOBUF:
+        if max_messages is not None and len(body) > 2 * max_messages:
+            count_messages(body, message.DESCRIPTOR, max_messages)
         try:
             message.ParseFromString(body)
         except DecodeError as exc:
@@ -152,8 +248,15 @@ def _parse(message: Any, body: bytes, content_type: str | None) -> Any:
     raise Unsupported(f"content-type {content_type!r}: send {PROTOBUF} or {JSON}")
 
 
-def parse_traces(body: bytes, content_type: str | None) -> list[SpanRecord]:
-    request = _parse(ExportTraceServiceRequest(), body, content_type)
+def iter_traces(body: bytes, content_type: str | None, max_messages: int | None = None) -> Iterator[list[SpanRecord]]:
+    """The request's spans as records, ``BATCH`` at a time; every span's ids are checked before the first
+    batch, so a request with a bad span yields nothing. ``max_messages``: see ``count_messages``."""
+    request = _parse(ExportTraceServiceRequest(), body, content_type, max_messages)
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                if len(span.trace_id) != 16 or len(span.span_id) != 8:
+                    raise BadRequest(f"span {span.name!r} has no valid trace id or span id")
     out: list[SpanRecord] = []
     for resource_spans in request.resource_spans:
         resource = _attributes(resource_spans.resource.attributes)
@@ -161,8 +264,6 @@ def parse_traces(body: bytes, content_type: str | None) -> list[SpanRecord]:
         instance = str(resource.get("service.instance.id") or "")
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                if len(span.trace_id) != 16 or len(span.span_id) != 8:
-                    raise BadRequest(f"span {span.name!r} has no valid trace id or span id")
                 out.append(
                     SpanRecord(
                         trace_id=span.trace_id.hex(),
@@ -178,12 +279,20 @@ def parse_traces(body: bytes, content_type: str | None) -> list[SpanRecord]:
                         status_message=span.status.message,
                     )
                 )
-    return out
+                if len(out) == BATCH:
+                    yield out
+                    out = []
+    if out:
+        yield out
 
 
-def parse_metrics(body: bytes, content_type: str | None) -> int:
+def parse_traces(body: bytes, content_type: str | None) -> list[SpanRecord]:
+    return [record for batch in iter_traces(body, content_type) for record in batch]
+
+
+def parse_metrics(body: bytes, content_type: str | None, max_messages: int | None = None) -> int:
     """Validate a metrics request (not stored: the page computes from the spans); its data point count."""
-    request = _parse(ExportMetricsServiceRequest(), body, content_type)
+    request = _parse(ExportMetricsServiceRequest(), body, content_type, max_messages)
     return sum(len(m.ListFields()) for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
 
 

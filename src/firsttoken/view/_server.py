@@ -294,20 +294,20 @@ class Handler(BaseHTTPRequestHandler):
         json_body = (content_type or "").split(";", 1)[0].strip().lower() == _otlp.JSON
         limit = self.server.max_body // JSON_SHARE if json_body else self.server.max_body
         try:
-            raw = None
+            refused = None
             if len(body) <= SMALL:
                 with self.server.decoding(large=False):
+                    small = min(SMALL, limit)
                     try:
-                        raw = _otlp.decode_body(body, encoding, min(SMALL, limit))
+                        raw = _otlp.decode_body(body, encoding, small)
+                        refused = self._store(path, raw, content_type, small // _otlp.MESSAGE_BYTES)
                     except _otlp.TooLarge:
                         if limit <= SMALL:
                             raise
-                    if raw is not None:
-                        refused = self._store(path, raw, content_type)
-            if raw is None:
+            if refused is None:
                 with self.server.decoding(large=True):
                     raw = _otlp.decode_body(body, encoding, limit)
-                    refused = self._store(path, raw, content_type)
+                    refused = self._store(path, raw, content_type, limit // _otlp.MESSAGE_BYTES)
         except _otlp.TooLarge as exc:
             said = f" (OTLP/JSON: 1/{JSON_SHARE} of --max-body-mb; protobuf may use all of it)" if json_body else ""
             self._error(413, f"{exc}{said}")
@@ -328,16 +328,17 @@ class Handler(BaseHTTPRequestHandler):
         kind, reply = _otlp.response_body(content_type, refused, why)
         self._send(200, reply, kind)
 
-    def _store(self, path: str, raw: bytes, content_type: str | None) -> int:
-        """Parse and store one request; how many of its spans were refused for being dated ahead."""
+    def _store(self, path: str, raw: bytes, content_type: str | None, max_messages: int) -> int:
+        """Parse and store one request, a batch of spans at a time (nothing is stored before the whole
+        request is found valid); how many of its spans were refused for being dated ahead."""
         if path == "/v1/traces":
-            records = _otlp.parse_traces(raw, content_type)
             before = self.server.store.refused_future
-            self.server.store.add(records)
-            self.server.received_spans += len(records)
+            for records in _otlp.iter_traces(raw, content_type, max_messages):
+                self.server.store.add(records)
+                self.server.received_spans += len(records)
             return self.server.store.refused_future - before
         if path == "/v1/metrics":
-            _otlp.parse_metrics(raw, content_type)
+            _otlp.parse_metrics(raw, content_type, max_messages)
         elif (content_type or "").split(";")[0].strip().lower() not in (_otlp.PROTOBUF, _otlp.JSON):
             raise _otlp.Unsupported(f"content-type {content_type!r}")
         return 0
