@@ -40,6 +40,7 @@ ALERTS_FILE = ROOT / "prometheus" / "rules" / "alerts.yml"
 # any Grafana whatever its datasources are called.
 PROMETHEUS = {"type": "prometheus", "uid": "${datasource}"}
 TEMPO = {"type": "tempo", "uid": "${tempo}"}
+JAEGER = {"type": "jaeger", "uid": "${jaeger}"}
 # The interval the SDKs export metrics at (OTEL_METRIC_EXPORT_INTERVAL, 15 s by default in firsttoken):
 # every panel's minimum interval (no step finer than one export). $__rate_interval is at least four
 # times the datasource's scrape interval (timeInterval, also 15 s in grafana/provisioning/).
@@ -306,14 +307,21 @@ class Layout:
         self.x = 0
         self.y = 0
         self.row_h = 0
+        self._ids = 0
+        self._collapsed: dict[str, Any] | None = None
 
     def _place(self, panel: dict[str, Any], w: int, h: int) -> None:
         if self.x + w > 24:
             self.x, self.y = 0, self.y + self.row_h
             self.row_h = 0
         panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
-        panel["id"] = len(self.panels) + 1
-        self.panels.append(panel)
+        self._ids += 1
+        panel["id"] = self._ids
+        # A collapsed row holds its panels itself (Grafana's schema); every other panel is the dashboard's.
+        if self._collapsed is not None and panel["type"] != "row":
+            self._collapsed["panels"].append(panel)
+        else:
+            self.panels.append(panel)
         self.x += w
         self.row_h = max(self.row_h, h)
 
@@ -327,13 +335,15 @@ class Layout:
             "targets": _ref_ids(targets),
         }
 
-    def row(self, title: str, *, repeat: str | None = None) -> None:
+    def row(self, title: str, *, repeat: str | None = None, collapsed: bool = False) -> None:
+        """A row; a collapsed one holds the panels placed after it, until the next row."""
         if self.x:
             self.x, self.y, self.row_h = 0, self.y + self.row_h, 0
-        row: dict[str, Any] = {"type": "row", "title": title, "collapsed": False, "panels": []}
+        row: dict[str, Any] = {"type": "row", "title": title, "collapsed": collapsed, "panels": []}
         if repeat:
             row["repeat"] = repeat
         self._place(row, 24, 1)
+        self._collapsed = row if collapsed else None
         self.x, self.y, self.row_h = 0, self.y + 1, 0
 
     def timeseries(
@@ -480,6 +490,23 @@ class Layout:
         ]
         self._place(panel, w, h)
 
+    def jaeger_traces(
+        self, title: str, searches: list[dict[str, str]], *, repeat: str, description: str, w: int = 12, h: int = 8
+    ) -> None:
+        """Jaeger searches (service, tags in logfmt, minDuration: the fields of Grafana's Jaeger query,
+        pkg/tsdb/jaeger), one panel per value of the variable ``repeat`` (Jaeger matches a tag only to
+        one exact value, so a multi-value variable is taken one value per panel)."""
+        panel = self._query_panel("table", title, description, [])
+        panel["datasource"] = JAEGER
+        panel["targets"] = [
+            {"datasource": JAEGER, "refId": chr(ord("A") + i), "queryType": "search", **search, "limit": 20}
+            for i, search in enumerate(searches)
+        ]
+        panel["repeat"], panel["repeatDirection"], panel["maxPerRow"] = repeat, "h", 2
+        panel["fieldConfig"] = {"defaults": {"thresholds": NEUTRAL}, "overrides": []}
+        panel["options"] = {"showHeader": True, "cellHeight": "sm"}
+        self._place(panel, w, h)
+
     def traces(self, title: str, traceql: str, *, description: str, w: int = 24, h: int = 8) -> None:
         """A Tempo search: the traces themselves, one click from the span tree."""
         panel = self._query_panel("table", title, description, [])
@@ -554,6 +581,11 @@ def query_variable(name: str, label: str, query: str) -> dict[str, Any]:
     }
 
 
+def single_variable(name: str, label: str, query: str, regex: str = "") -> dict[str, Any]:
+    """One value at a time (Jaeger's search takes one service)."""
+    return {**query_variable(name, label, query), "includeAll": False, "multi": False, "regex": regex, "current": {}}
+
+
 CALL_VARIABLES = [
     datasource_variable("datasource", "Prometheus", "prometheus", "prometheus"),
     datasource_variable("tempo", "Tempo", "tempo", "tempo"),
@@ -567,6 +599,38 @@ CALL_VARIABLES = [
         "traffic_class", "Traffic class", f"label_values({DURATION}_count{{{SCOPE}}}, firsttoken_traffic_class)"
     ),
 ]
+# For the "Traces in Jaeger" rows: Jaeger's datasource, the service (Prometheus' job label is
+# service.name, or service.namespace/service.name: Jaeger's service is the part after the slash), and
+# the error types the calls failed with (Jaeger finds a failed call by its error.type, docs/trace-stores.md).
+JAEGER_VARIABLES = [
+    datasource_variable("jaeger", "Jaeger", "jaeger", "jaeger"),
+    single_variable("service", "Service (Jaeger)", f"label_values({DURATION}_count{{{SCOPE}}}, job)", "/([^/]+)$/"),
+    query_variable(
+        "error_type", "Error type (Jaeger)", f'label_values({DURATION}_count{{{SCOPE}, error_type!=""}}, error_type)'
+    ),
+]
+JAEGER_ROW = "Traces in Jaeger (docker-compose.jaeger.yml; docs/trace-stores.md)"
+JAEGER_NOTE = (
+    " Jaeger compares attributes only as equal strings and has no TTFT condition: the calls slower than the target "
+    "in all, a superset (a call lasts at least its time to first token); failed calls by their error.type."
+)
+
+
+def jaeger_slow(traffic_class: str, seconds: float) -> dict[str, str]:
+    """The Jaeger search for the calls of ``$model`` and a class slower than ``seconds`` in all; the default
+    class ("") is searched without a class tag (Jaeger cannot ask for a missing attribute): a superset."""
+    tags = f"{sc.GEN_AI_REQUEST_MODEL}=$model"
+    if traffic_class:
+        tags += f" {sc.FT_TRAFFIC_CLASS}={traffic_class}"
+    return {"service": "$service", "tags": tags, "minDuration": f"{seconds:g}s"}
+
+
+def jaeger_failed(traffic_class: str) -> dict[str, str]:
+    """The Jaeger search for the calls of a class (the default: any) that failed with ``$error_type``."""
+    tags = f"{sc.ERROR_TYPE}=$error_type"
+    if traffic_class:
+        tags += f" {sc.FT_TRAFFIC_CLASS}={traffic_class}"
+    return {"service": "$service", "tags": tags}
 
 
 def dashboard(
@@ -934,14 +998,31 @@ def latency_overview(min_interval: str) -> dict[str, Any]:
         unit="reqps",
         description="Completed user actions by name and traffic class.",
     )
+    ttft_targets = [t for t in targets if t.signal == "ttft"]
+    stem = f"Failed calls and calls over {seconds_text(tightest)} to first token (traces in Jaeger)"
+    lay.row(JAEGER_ROW, collapsed=True)
+    lay.jaeger_traces(
+        f"{stem}: $model, slower than its class's TTFT target",
+        [jaeger_slow(c, min(t.for_class(c) for t in ttft_targets)) for c in traffic_classes(targets)],
+        repeat="model",
+        description="The Jaeger form of the Tempo panel: per traffic class (A, B, ...; the last, every class), the "
+        "calls of this model slower in all than the class's tightest TTFT target." + JAEGER_NOTE,
+    )
+    lay.jaeger_traces(
+        f"{stem}: failed with $error_type",
+        [jaeger_failed("")],
+        repeat="error_type",
+        description="The Jaeger form of the Tempo panel's failed calls: those that failed with this error type, "
+        "any model." + JAEGER_NOTE,
+    )
     return dashboard(
         "firsttoken-latency",
         "LLM latency overview",
         "Which provider and model is slow or failing, on which signal: a summary table, SLOs by traffic class, then "
         "time to first token, time per output token and end-to-end latency, with exemplars linking to the traces "
-        "in Tempo.",
+        "in Tempo or Jaeger.",
         lay,
-        list(CALL_VARIABLES),
+        [*CALL_VARIABLES, *JAEGER_VARIABLES],
     )
 
 
@@ -1443,6 +1524,25 @@ def llm_slos(min_interval: str) -> dict[str, Any]:
     lay = Layout(min_interval)
     for slo in config.slos:
         slo_section(lay, config, slo)
+    lay.row(JAEGER_ROW, collapsed=True)
+    for slo in config.slos:
+        stem = f"SLO {slo.name}: the bad calls (traces in Jaeger)"
+        if slo.sli == "availability":
+            lay.jaeger_traces(
+                f"{stem}: failed with $error_type",
+                [jaeger_failed(c) for c in config.classes()],
+                repeat="error_type",
+                description="The Jaeger form of the Tempo panel: per traffic class (A, B, ...; the last, every "
+                "class), the calls that failed with this error type, any model." + JAEGER_NOTE,
+            )
+        else:
+            lay.jaeger_traces(
+                f"{stem}: $model over its class's threshold",
+                [jaeger_slow(c, float(slo.threshold_for(c))) for c in config.classes()],
+                repeat="model",
+                description="The Jaeger form of the Tempo panel: per traffic class (A, B, ...), the calls of this "
+                "model slower in all than the class's threshold of this SLO." + JAEGER_NOTE,
+            )
     return dashboard(
         "llm-slos",
         "LLM SLOs and error budgets",
@@ -1450,7 +1550,7 @@ def llm_slos(min_interval: str) -> dict[str, Any]:
         "error budget left, burn rates over 1 h and 6 h, how long the budget lasts at the current burn, the "
         "burn-rate alerts' state, and the traces of the calls that spent it.",
         lay,
-        list(CALL_VARIABLES),
+        [*CALL_VARIABLES, *JAEGER_VARIABLES],
     )
 
 

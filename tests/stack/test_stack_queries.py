@@ -55,6 +55,7 @@ def test_committed_dashboards_are_the_generator_output() -> None:
 
 PROMETHEUS_VARIABLE = {"type": "prometheus", "uid": "${datasource}"}
 TEMPO_VARIABLE = {"type": "tempo", "uid": "${tempo}"}
+JAEGER_VARIABLE = {"type": "jaeger", "uid": "${jaeger}"}
 
 
 def test_dashboard_structure() -> None:
@@ -83,10 +84,15 @@ def test_dashboard_structure() -> None:
             # The SDKs export every 15 s (OTEL_METRIC_EXPORT_INTERVAL): a rate window spans >= 4 exports.
             assert panel["interval"] == "15s", where
             ds = panel["datasource"]
-            assert ds in (PROMETHEUS_VARIABLE, TEMPO_VARIABLE), f"{where}: datasource {ds}"
+            assert ds in (PROMETHEUS_VARIABLE, TEMPO_VARIABLE, JAEGER_VARIABLE), f"{where}: datasource {ds}"
             for t in panel["targets"]:
                 assert t["datasource"] == ds, f"{where}: datasource {t['datasource']}"
-                text = t["expr"] if ds == PROMETHEUS_VARIABLE else t["query"]
+                if ds == JAEGER_VARIABLE:
+                    text = " ".join(
+                        t[k] for k in ("service", "operation", "tags", "minDuration", "maxDuration") if k in t
+                    )
+                else:
+                    text = t["expr"] if ds == PROMETHEUS_VARIABLE else t["query"]
                 used = set(re.findall(r"\$\{?(\w+)", text)) - {"__rate_interval", "__interval", "__range"}
                 assert used <= set(variables), f"{where}: undefined variables {used - set(variables)}"
                 # Latency quantiles and heatmaps carry exemplars: a slow point opens its trace.
@@ -123,6 +129,40 @@ def test_trace_searches_use_the_attributes_firsttoken_records() -> None:
         # Multi-value variables as one regex (a|b), All as .*: the :regex format.
         assert all(f == "regex" for f in re.findall(r"\$\{\w+:(\w+)\}", traceql)), where
         assert not re.search(r"\$\w", traceql), f"{where}: a bare $variable is not a TraceQL regex"
+
+
+def test_every_tempo_trace_panel_has_its_jaeger_form() -> None:
+    """#36: each Tempo panel has a Jaeger twin (titled as it, "in Jaeger"), in a collapsed row: Jaeger
+    searches as Grafana's Jaeger query holds them (queryType search; service, tags in logfmt,
+    minDuration), on span attributes firsttoken records, one panel per value of the one multi-value
+    variable they use (Jaeger compares a tag with one exact value). tests/stack/test_stack_real.py sends
+    them to a real Jaeger."""
+    names = {v for v in vars(sc).values() if isinstance(v, str)}
+    for name, dash in dashboards().items():
+        tempo = [p["title"] for p in panels(dash) if p.get("datasource") == TEMPO_VARIABLE]
+        jaeger = [p for p in panels(dash) if p.get("datasource") == JAEGER_VARIABLE]
+        collapsed = [p for p in dash["panels"] if p["type"] == "row" and p["collapsed"]]
+        assert all(p in row["panels"] for p in jaeger for row in collapsed[-1:]), (
+            f"{name}: Jaeger panels outside the row"
+        )
+        for title in tempo:
+            stem = title.replace("(traces in Tempo)", "(traces in Jaeger)")
+            assert stem != title and any(p["title"].startswith(stem) for p in jaeger), (
+                f"{name} / {title}: no Jaeger form"
+            )
+        multi = {v["name"] for v in dash["templating"]["list"] if v.get("multi")}
+        for panel in jaeger:
+            where = f"{name} / {panel['title']}"
+            assert panel["repeat"] in multi, where
+            for t in panel["targets"]:
+                assert t["queryType"] == "search" and t["service"] == "$service", where
+                tags = dict(pair.split("=", 1) for pair in t["tags"].split())
+                assert tags and set(tags) <= names, f"{where}: {set(tags) - names}"
+                used = set(re.findall(r"\$(\w+)", t["tags"])) & multi
+                assert used == {panel["repeat"]}, (
+                    f"{where}: multi-value variables {used}, repeated by {panel['repeat']}"
+                )
+                assert re.fullmatch(r"\d+(\.\d+)?s", t.get("minDuration", "0s")), where
 
 
 # Span attributes firsttoken records as doubles (seconds).

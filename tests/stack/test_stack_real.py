@@ -24,6 +24,7 @@ sets it when the builds succeeded, as CI does) they fail instead.
 from __future__ import annotations
 
 import http.server
+import itertools
 import json
 import math
 import os
@@ -52,11 +53,13 @@ from stack_tools import (
     binary,
     built,
     dashboard_queries,
+    dashboards,
     documented_series,
     exemplar_link,
     generator,
     jaeger_spans,
     logfmt_pairs,
+    panels,
     substitute,
     variable_queries,
 )
@@ -665,6 +668,107 @@ def test_jaeger_finds_every_must_keep_trace_by_the_search_a_user_types(stack: St
     assert searches, "no must-keep trace to search for"
     assert not not_found, f"{len(not_found)} must-keep traces the user's search does not find: {not_found[:3]}"
     assert not wrong, f"{len(wrong)} traces a search returned that do not match it: {wrong[:3]}"
+
+
+def variable_values(stack: Stack, dash: dict[str, Any], name: str) -> list[str]:
+    """A dashboard variable's values as Grafana lists them: its label_values(...) query against the
+    real Prometheus, then its regex (the first group of each match)."""
+    (var,) = [v for v in dash["templating"]["list"] if v["name"] == name]
+    selector, label = var["definition"].removeprefix("label_values(").removesuffix(")").rsplit(", ", 1)
+    values = {s[label] for s in stack.prom.get("/api/v1/series", **{"match[]": substitute(selector)}) if label in s}
+    if var.get("regex"):
+        pattern = re.compile(var["regex"].strip("/"))
+        values = {m.group(1) for v in values if (m := pattern.search(v))}
+    return sorted(values)
+
+
+def test_jaeger_the_dashboards_trace_panels_find_the_calls_they_name(stack: Stack) -> None:
+    """Points 1 and 4 of #36: every Jaeger panel of the shipped dashboards, taken from the JSON, one
+    panel per value of its repeat variable and per service (the values Grafana lists: the variables'
+    queries against the real Prometheus), $variables put in as Grafana does, is sent to the real Jaeger
+    as Grafana's Jaeger backend sends a search (tags: logfmt to a JSON map; pkg/tsdb/jaeger/client.go
+    Search). Each search returns only traces that match it, and, below its limit, every kept trace of
+    that service with a call that matches it; every must-keep slow or failed call is found by one of
+    the overview's panels (a wrong field name, tag key or value format finds nothing: this fails)."""
+    store = jaeger(stack)
+    sent, stored = stack.sent.snapshot(), stack.stored.snapshot()
+    cutoff = (stack.ended - 2) * 1e9
+    kept = {
+        t: spans
+        for t, spans in sent.items()
+        if t in stored and max(s.end_time_unix_nano for s in spans) < cutoff and call_span(spans) is not None
+    }
+    searched = wrong = missing = 0
+    problems: list[str] = []
+    found_by: dict[str, set[str]] = {}
+    full: list[tuple[str, dict[str, Any]]] = []  # (service, search) of the overview's that reached their limit
+    for name, dash in dashboards().items():
+        for panel in panels(dash):
+            if panel.get("datasource", {}).get("type") != "jaeger":
+                continue
+            repeat = panel["repeat"]
+            values = {v: variable_values(stack, dash, v) for v in ("service", repeat)}
+            assert values["service"] and values[repeat], f"{name} / {panel['title']}: {values}"
+            for service, value in itertools.product(values["service"], values[repeat]):
+                for t in panel["targets"]:
+                    where = f"{name} / {panel['title']} / {t['refId']} [{service}, {value}]"
+                    target = {
+                        k: v.replace("$service", service).replace(f"${repeat}", value) if isinstance(v, str) else v
+                        for k, v in t.items()
+                        if k not in ("datasource", "refId")
+                    }
+                    assert "$" not in json.dumps(target), f"{where}: a variable left: {target}"
+                    found = store.search(target)
+                    searched += 1
+                    ids = {hex_id(tr["traceID"], 32) for tr in found}
+                    found_by.setdefault(name, set()).update(ids)
+                    bad = [tr["traceID"] for tr in found if not matches(tr, target)]
+                    wrong += len(bad)
+                    if bad:
+                        problems.append(f"{where}: returned {len(bad)} traces that do not match it")
+                    if len(found) >= target["limit"]:
+                        if name == "llm-latency-overview.json":
+                            full.append((service, target))
+                    else:
+                        expected = {
+                            trace_id
+                            for trace_id, spans in kept.items()
+                            if stack.sent.services[trace_id] == service and span_matches(spans, target)
+                        }
+                        lost = expected - ids
+                        missing += len(lost)
+                        if lost:
+                            problems.append(f"{where}: {len(lost)} kept traces that match it not found")
+    # Every must-keep failed or slow-first-token call is on one of the overview's panels, or matches a
+    # search of it that showed its limit of traces (Jaeger then shows the newest).
+    targets = generator("sampling").load_targets()
+    unseen = [
+        t
+        for t, spans in kept.items()
+        if must_keep(spans, targets) in ("error", "slow first token")
+        and t not in found_by["llm-latency-overview.json"]
+        and not any(stack.sent.services[t] == sv and span_matches(spans, q) for sv, q in full)
+    ]
+    overview = found_by["llm-latency-overview.json"]
+    print(
+        f"Jaeger panel searches: {searched} ({len(full)} of the overview's at their limit); traces found: "
+        f"{ {k: len(v) for k, v in found_by.items()} }"
+    )
+    assert searched and all(found_by.values()), found_by
+    assert not problems, f"{wrong} wrong, {missing} missing:\n" + "\n".join(problems[:10])
+    assert overview and not unseen, f"{len(unseen)} must-keep calls on no overview panel: {unseen[:3]}"
+
+
+def span_matches(spans: list[Any], target: dict[str, Any]) -> bool:
+    """Whether one span the app sent satisfies the whole Jaeger search (its tags equal as strings, its
+    duration at least minDuration), as Jaeger's memory store decides."""
+    tags = dict(logfmt_pairs(target["tags"]))
+    # Jaeger keeps durations in whole microseconds: one more, so that a span at the bound is not asked for.
+    min_ns = float(target["minDuration"].removesuffix("s")) * 1e9 + 1000 if "minDuration" in target else 0.0
+    return any(
+        s.end_time_unix_nano - s.start_time_unix_nano >= min_ns and all(str(_attr(s, k)) == v for k, v in tags.items())
+        for s in spans
+    )
 
 
 def test_jaeger_holds_each_kept_trace_whole_with_the_durations_the_app_saw(stack: Stack) -> None:
