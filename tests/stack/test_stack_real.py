@@ -702,6 +702,7 @@ def test_jaeger_the_dashboards_trace_panels_find_the_calls_they_name(stack: Stac
     problems: list[str] = []
     found_by: dict[str, set[str]] = {}
     full: list[tuple[str, dict[str, Any]]] = []  # (service, search) of the overview's that reached their limit
+    failed_panels: dict[str, int] = {}  # a panel of failed calls -> the traces it found
     for name, dash in dashboards().items():
         for panel in panels(dash):
             if panel.get("datasource", {}).get("type") != "jaeger":
@@ -722,6 +723,10 @@ def test_jaeger_the_dashboards_trace_panels_find_the_calls_they_name(stack: Stac
                     searched += 1
                     ids = {hex_id(tr["traceID"], 32) for tr in found}
                     found_by.setdefault(name, set()).update(ids)
+                    if repeat == "error_type":
+                        failed_panels[f"{name} / {panel['title']}"] = failed_panels.get(
+                            f"{name} / {panel['title']}", 0
+                        ) + len(ids)
                     bad = [tr["traceID"] for tr in found if not matches(tr, target)]
                     wrong += len(bad)
                     if bad:
@@ -757,6 +762,9 @@ def test_jaeger_the_dashboards_trace_panels_find_the_calls_they_name(stack: Stac
     assert searched and all(found_by.values()), found_by
     assert not problems, f"{wrong} wrong, {missing} missing:\n" + "\n".join(problems[:10])
     assert overview and not unseen, f"{len(unseen)} must-keep calls on no overview panel: {unseen[:3]}"
+    # The demo's traffic fails calls (a model that fails on every attempt): each panel of failed calls shows them.
+    assert any(s.status.code == 2 for spans in kept.values() for s in spans), "no failed call kept"
+    assert failed_panels and all(failed_panels.values()), f"panels of failed calls that found none: {failed_panels}"
 
 
 def span_matches(spans: list[Any], target: dict[str, Any]) -> bool:
