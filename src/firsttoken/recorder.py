@@ -50,6 +50,16 @@ def suppressed() -> bool:
     return _on(otel_context.get_current())
 
 
+_suppressible_in_use = False
+"""Whether a recorder in this process has a tracer that may honour suppression (see Recorder)."""
+
+
+def app_suppressed() -> bool | None:
+    """For a call's start: whether the app's context suppresses instrumentation; None (not read, a
+    context lookup saved per call) while no recorder's tracer may honour suppression, where it decides nothing."""
+    return _on(otel_context.get_current()) if _suppressible_in_use else None
+
+
 def _plain(tracer_or_meter: object) -> bool:
     """The OpenTelemetry SDK's tracer or meter, or the API's no-op one: neither honours suppression nor
     adds to spans (checked by module, so that the SDK is not imported for an app that has none)."""
@@ -209,6 +219,9 @@ class Recorder:
     def __init__(self, tracer: Tracer, meter: Meter, settings: Settings) -> None:
         self.tracer = tracer
         self._suppressible = not _plain(tracer)
+        if self._suppressible:
+            global _suppressible_in_use
+            _suppressible_in_use = True
         """Whether the tracer may honour suppression (logfire's does; the SDK's and the no-op one do not)."""
         self._sums_onto_spans = not _plain(meter)
         """Whether the meter may be one that adds what it records to the current span (logfire's)."""

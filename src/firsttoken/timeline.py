@@ -18,11 +18,11 @@ from . import semconv as sc
 
 _AT = itemgetter(0)
 
-CallStart = tuple[int, int, bool]
+CallStart = tuple[int, int, bool | None]
 """When the app called the SDK's public method (perf_counter_ns, time_ns): the call's start; and
 whether the app's context then asked instrumentation to stay quiet (OpenTelemetry's suppression
-keys). Suppression set later, inside the SDK call (``logfire.instrument_openai()``'s), is another
-instrumentation's, not the app's."""
+keys; None: not read, no tracer in use honours them). Suppression set later, inside the SDK call
+(``logfire.instrument_openai()``'s), is another instrumentation's, not the app's."""
 
 
 def is_cancellation(exc: BaseException) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 from .. import semconv as sc
 from ..config import warn
 from ..context import CALL_START
-from ..recorder import suppressed
+from ..recorder import app_suppressed
 from ..streams import is_running, watch
 from ..timeline import STREAM_TEXT_KEY, Timeline
 from .endpoints import Resolver
@@ -149,7 +149,7 @@ def stamp_start(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict
     whether the app's context suppressed instrumentation is read there, before any wrapper below."""
     if CALL_START.get() is not None:
         return wrapped(*args, **kwargs)
-    token = CALL_START.set((time.perf_counter_ns(), time.time_ns(), suppressed()))
+    token = CALL_START.set((time.perf_counter_ns(), time.time_ns(), app_suppressed()))
     try:
         return wrapped(*args, **kwargs)
     finally:
@@ -159,7 +159,7 @@ def stamp_start(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict
 async def stamp_start_async(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if CALL_START.get() is not None:
         return await wrapped(*args, **kwargs)
-    token = CALL_START.set((time.perf_counter_ns(), time.time_ns(), suppressed()))
+    token = CALL_START.set((time.perf_counter_ns(), time.time_ns(), app_suppressed()))
     try:
         return await wrapped(*args, **kwargs)
     finally:
