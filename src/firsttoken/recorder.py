@@ -45,11 +45,6 @@ def _on(context: Context) -> bool:
     return bool(context.get(_SUPPRESS) or context.get(_SUPPRESS_PLAIN))
 
 
-def suppressed() -> bool:
-    """Whether the current context asks instrumentation to make no telemetry."""
-    return _on(otel_context.get_current())
-
-
 _suppressible_in_use = False
 """Whether a recorder in this process has a tracer that may honour suppression (see Recorder)."""
 
@@ -219,10 +214,10 @@ class Recorder:
     def __init__(self, tracer: Tracer, meter: Meter, settings: Settings) -> None:
         self.tracer = tracer
         self._suppressible = not _plain(tracer)
+        """Whether the tracer may honour suppression (logfire's does; the SDK's and the no-op one do not)."""
         if self._suppressible:
             global _suppressible_in_use
             _suppressible_in_use = True
-        """Whether the tracer may honour suppression (logfire's does; the SDK's and the no-op one do not)."""
         self._sums_onto_spans = not _plain(meter)
         """Whether the meter may be one that adds what it records to the current span (logfire's)."""
         self.settings = settings
