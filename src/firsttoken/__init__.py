@@ -56,7 +56,7 @@ def instrument(
     OTLP export is set up from the standard ``OTEL_*`` environment variables. ``capture_content``
     (default: from ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``, else off) records
     prompts and completions on spans. Other options: ``chunk_metrics``, ``phase_spans``,
-    ``tail_share``, ``wire_phases``, ``provider_hosts``, ``content_max_length``, ``redact``,
+    ``tail_share``, ``targets``, ``wire_phases``, ``provider_hosts``, ``content_max_length``, ``redact``,
     ``metric_value_limit`` (see docs/configuration.md).
 
     Returns whether firsttoken is active. A bad setting gives one :class:`FirstTokenWarning` naming

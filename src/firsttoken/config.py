@@ -20,6 +20,8 @@ from functools import partial
 from types import FrameType
 from typing import Any, TypeVar
 
+from . import targets as tg
+
 T = TypeVar("T")
 
 ENV_DISABLED = "FIRSTTOKEN_DISABLED"
@@ -31,6 +33,7 @@ ENV_CONTENT_MAX_LENGTH = "FIRSTTOKEN_CONTENT_MAX_LENGTH"
 ENV_METRIC_VALUE_LIMIT = "FIRSTTOKEN_METRIC_VALUE_LIMIT"
 ENV_TAIL_SHARE = "FIRSTTOKEN_TAIL_SHARE"
 ENV_SHUTDOWN_TIMEOUT = "FIRSTTOKEN_SHUTDOWN_TIMEOUT"
+ENV_TARGETS = "FIRSTTOKEN_TARGETS"
 ENV_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 ENV_OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 
@@ -72,6 +75,9 @@ class Settings:
     tail_share: float = 0.25
     """With ``phase_spans="tail"``, the largest share of calls, over time, that get phase spans
     (1 = every call in the tail); the rest of the tail keeps its phase durations as attributes."""
+    targets: tg.Targets = tg.SHIPPED
+    """The latency targets a call is slow over, by traffic class: those of the ``targets`` file
+    (a checkout's prometheus/slos.yml, the Collector's too) or, by default, the package's."""
 
 
 ENV_SETTINGS = (
@@ -84,6 +90,7 @@ ENV_SETTINGS = (
     ENV_METRIC_VALUE_LIMIT,
     ENV_TAIL_SHARE,
     ENV_SHUTDOWN_TIMEOUT,
+    ENV_TARGETS,
 )
 """Every ``FIRSTTOKEN_*`` variable ``instrument()`` reads."""
 
@@ -96,6 +103,7 @@ _OPTIONS = {
     "redact",
     "metric_value_limit",
     "tail_share",
+    "targets",
 }
 
 
@@ -324,6 +332,18 @@ def load(
             Settings.metric_value_limit, 1, "must be an integer of at least 1",
         )  # fmt: skip
 
+    def targets() -> tg.Targets:
+        value = opts.get("targets")
+        name, raw = ("targets", value) if value is not None else (ENV_TARGETS, _env(ENV_TARGETS, env))
+        if raw is None or raw == "":
+            return tg.SHIPPED
+        if not isinstance(raw, (str, os.PathLike)):
+            raise ConfigError(f"{name}={raw!r} must be the path of a targets file (a checkout's prometheus/slos.yml)")
+        try:
+            return tg.load(os.fspath(raw))
+        except tg.TargetsError as exc:
+            raise ConfigError(f"{name}: {'; '.join(exc.lines)}") from None
+
     d = Settings()
     p = problems
     capturing = or_default(p, capture, d.capture_content, "no content capture")
@@ -344,6 +364,7 @@ def load(
         redact=redactor,
         metric_value_limit=or_default(p, value_limit, d.metric_value_limit),
         tail_share=or_default(p, share, d.tail_share),
+        targets=or_default(p, targets, d.targets, "the package's default targets"),
     )
 
 

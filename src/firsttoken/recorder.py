@@ -289,7 +289,7 @@ class Recorder:
                 if mode == PHASE_SPANS_TAIL:
                     budget = self._budget
                     budget.credit()
-                    if tail.in_tail(tl, totals, self._slow):
+                    if tail.in_tail(tl, totals, self._slow, self.settings.targets):
                         if budget.take():
                             self._phase_spans(span, tl, phases)
                         else:

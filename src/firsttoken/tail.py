@@ -21,6 +21,7 @@ import threading
 from collections.abc import Hashable
 
 from . import semconv as sc
+from .targets import Targets
 from .timeline import Timeline
 
 QUANTILE = 0.9
@@ -42,14 +43,6 @@ MAX_KINDS = 1024
 BURST = 32.0
 """Waterfalls that may be given in a row, beyond the share, after a quiet stretch."""
 
-# The latency targets of prometheus/rules/targets.yml, by traffic class ("" = calls without one, or
-# of a class not listed), as the Collector's tail-sampling policies use them (scripts/stack/sampling.py;
-# a test holds them equal): a call over its class's target keeps its trace there, so it gets its
-# waterfall here.
-TTFT_TARGETS: dict[str, float] = {"": 2.0, "interactive": 1.0, "async": 5.0, "batch": 10.0}
-"""Seconds to first token (the p95 target) by traffic class."""
-E2E_TARGETS: dict[str, float] = {"": 40.96, "interactive": 20.48, "async": 40.96, "batch": 40.96}
-"""Seconds end to end (the p99 target) by traffic class."""
 SLOW_TPOT_S = 0.1
 """Time per output token over this (under 10 tokens/s) is a slow decode, as for the Collector."""
 SLOW_CONNECT_S = 0.1
@@ -137,10 +130,10 @@ class Budget:
         return False
 
 
-def in_tail(tl: Timeline, totals: dict[str, int], slow: SlowTail) -> bool:
+def in_tail(tl: Timeline, totals: dict[str, int], slow: SlowTail, targets: Targets) -> bool:
     """Whether a call is one someone will drill into: failed, retried, slow to connect, over the
-    targets the Collector keeps traces for, or, outside a traffic class with targets, slow for
-    its kind (above the running p90)."""
+    targets the Collector keeps traces for (the same ones: firsttoken.targets), or, outside a
+    traffic class with targets, slow for its kind (above the running p90)."""
     if tl.error_type or tl.attempts > 1:
         return True
     setup = 0
@@ -158,11 +151,11 @@ def in_tail(tl: Timeline, totals: dict[str, int], slow: SlowTail) -> bool:
         if tpot is not None and tpot > SLOW_TPOT_S:
             return True
     traffic_class = tl.traffic_class or ""
-    if duration > E2E_TARGETS.get(traffic_class, E2E_TARGETS[""]):
+    if duration > targets.e2e_for(traffic_class):
         return True
-    if ttft is not None and ttft > TTFT_TARGETS.get(traffic_class, TTFT_TARGETS[""]):
+    if ttft is not None and ttft > targets.ttft_for(traffic_class):
         return True
-    if traffic_class in TTFT_TARGETS and traffic_class:
+    if targets.names(traffic_class):
         return False  # a class with targets: slow means over them
     kind = (tl.provider, tl.operation, tl.request_model, tl.stream, traffic_class)
     return slow.is_slow(kind, duration if ttft is None else ttft)

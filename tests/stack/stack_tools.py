@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import urllib.error
 import urllib.parse
@@ -76,19 +75,18 @@ def load_yaml(path: Path) -> Any:
 
 
 def generator(name: str) -> Any:
-    """A generator script of scripts/stack/ (dashboards, sampling), imported as a module."""
-    path = ROOT / "scripts" / "stack" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"firsttoken_stack_{name}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """A generator of firsttoken.stack (dashboards, sampling, slo): what `firsttoken stack generate` runs."""
+    return importlib.import_module(f"firsttoken.stack.{name}")
+
+
+def slo_config() -> Any:
+    """prometheus/slos.yml, loaded and checked by the generator."""
+    return generator("slo").load(ROOT / "prometheus" / "slos.yml")
 
 
 def targets() -> dict[str, dict[str, float]]:
-    """prometheus/rules/targets.yml as {record: {traffic class ("" = default): seconds}}."""
-    result: dict[str, dict[str, float]] = generator("sampling").load_targets()
+    """The targets of prometheus/slos.yml as {record: {traffic class ("" = default): seconds}}."""
+    result: dict[str, dict[str, float]] = generator("sampling").by_record(slo_config().targets)
     return result
 
 

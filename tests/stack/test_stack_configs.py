@@ -91,11 +91,11 @@ def test_collector_pipelines_are_complete_and_current(path: Path) -> None:
 
 
 def test_tail_sampling_policies_are_generated_from_the_targets() -> None:
-    """Both configs hold exactly what scripts/stack/sampling.py writes from targets.yml."""
+    """Both configs hold exactly what firsttoken stack generate writes from the targets of slos.yml."""
     sampling = generator("sampling")
     for path in (SINGLE, SAMPLER):
         text = path.read_text()
-        assert sampling.rewrite(text, targets()) == text, f"run python scripts/stack/sampling.py: {path.name} differs"
+        assert sampling.rewrite(text, targets()) == text, f"run firsttoken stack generate: {path.name} differs"
     assert load_yaml(SAMPLER)["processors"]["tail_sampling"] == load_yaml(SINGLE)["processors"]["tail_sampling"]
     # The attributes the policies read are the ones firsttoken sets on its call span.
     assert sampling.TRAFFIC_CLASS == sc.FT_TRAFFIC_CLASS
@@ -596,7 +596,7 @@ def test_one_interval_for_export_scrape_and_grafana() -> None:
     scrape = load_yaml(ROOT / "prometheus" / "prometheus.yml")["global"]["scrape_interval"]
     ds = {d["uid"]: d for d in load_yaml(DATASOURCES)["datasources"]}
     assert f"{export_ms // 1000}s" == scrape == ds["prometheus"]["jsonData"]["timeInterval"] == "15s"
-    # The dashboards (scripts/stack/dashboards.py) may pin their own minimum interval: the same one.
+    # The dashboards (firsttoken.stack.dashboards) may pin their own minimum interval: the same one.
     for dashboard in (ROOT / "grafana" / "dashboards").glob("*.json"):
         pinned = set(re.findall(r'"(?:timeInterval|interval)": "(\d+[smh])"', dashboard.read_text()))
         assert pinned <= {"15s"}, f"{dashboard.name}: {pinned}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import sys
@@ -32,25 +31,15 @@ from stack_tools import (
 )
 
 from firsttoken import semconv as sc
-
-GENERATOR = ROOT / "scripts" / "stack" / "dashboards.py"
-
-
-def generator() -> Any:
-    spec = importlib.util.spec_from_file_location("firsttoken_dashboards", GENERATOR)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from firsttoken.stack import dashboards as dashboards_generator
 
 
 def test_committed_dashboards_are_the_generator_output() -> None:
-    rendered = generator().render()
+    rendered = dashboards_generator.render(ROOT)
     committed = {p.name: p.read_text() for p in (ROOT / "grafana" / "dashboards").glob("*.json")}
     assert set(committed) == set(rendered), "a dashboard file is missing or not generated"
     stale = [name for name, text in rendered.items() if committed[name] != text]
-    assert not stale, f"run python scripts/stack/dashboards.py: {stale} differ from the generator"
+    assert not stale, f"run firsttoken stack generate: {stale} differ from the generator"
 
 
 PROMETHEUS_VARIABLE = {"type": "prometheus", "uid": "${datasource}"}

@@ -222,9 +222,9 @@ def test_targets_are_bucket_bounds_of_the_histograms_they_are_compared_with(tele
     """Each target is a bound of the buckets firsttoken really records, and under the last one.
 
     The chain is read, not assumed: SLO (prometheus/slos.yml) -> the target record it counts good
-    calls under -> the histogram its SLI reads (scripts/stack/slo.py) -> the bucket bounds of that
+    calls under -> the histogram its SLI reads (firsttoken.stack.slo) -> the bucket bounds of that
     histogram in what firsttoken exported for a real streamed call. Targets no SLO uses drive the
-    tail sampler (scripts/stack/sampling.py) and are held to the histogram their name says.
+    tail sampler (firsttoken.stack.sampling) and are held to the histogram their name says.
     """
     client = openai.OpenAI(base_url=sim.openai_base_url, api_key="sk-test-key", max_retries=0)
     for _ in client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True):
@@ -243,7 +243,7 @@ def test_targets_are_bucket_bounds_of_the_histograms_they_are_compared_with(tele
     compared: dict[str, str] = {}  # target record -> histogram
     for entry in load_yaml(ROOT / "prometheus" / "slos.yml")["slos"]:
         if entry["sli"] != "availability":
-            compared[entry["target"]] = slo.SLIS[entry["sli"]][0]
+            compared[f"llm:target:{entry['target']}_seconds"] = slo.SLIS[entry["sli"]][0]
     for record in (sampling.TTFT_TARGET, sampling.E2E_TARGET):
         compared.setdefault(record, histogram[record.removeprefix("llm:target:").split("_")[0]])
     table = targets()

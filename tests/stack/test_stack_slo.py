@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import slo_scenarios as sc
-from stack_tools import ROOT, RULES_DIR, generator, load_yaml, need, run
+from stack_tools import ROOT, RULES_DIR, generator, load_yaml, need, run, slo_config
 
 ALERTS_DOC = ROOT / "docs" / "alerts.md"
 
@@ -35,8 +35,8 @@ def fired_in(measured: list[sc.Fired], name: str, *, severity: str | None = None
 
 def test_committed_slo_rules_are_the_generator_output() -> None:
     slo = generator("slo")
-    for path, text in slo.render().items():
-        assert path.read_text() == text, f"run python scripts/stack/slo.py: {path.name} differs from slos.yml"
+    for path, text in slo.render(slo_config()).items():
+        assert (ROOT / path).read_text() == text, f"run firsttoken stack generate: {path.name} differs from slos.yml"
 
 
 def test_slo_rules_pass_promtool() -> None:
@@ -47,8 +47,7 @@ def test_slo_rules_pass_promtool() -> None:
 
 
 def test_every_slo_has_a_recorded_series_per_class_and_each_burn_alert() -> None:
-    slo = generator("slo")
-    config = slo.load()
+    config = slo_config()
     recording = [r for g in load_yaml(RULES_DIR / "slo-recording.yml")["groups"] for r in g["rules"]]
     alerts = [r for g in load_yaml(RULES_DIR / "slo-alerts.yml")["groups"] for r in g["rules"]]
     for s in config.slos:
@@ -68,7 +67,7 @@ def test_every_slo_has_a_recorded_series_per_class_and_each_burn_alert() -> None
     ("edit", "message"),
     [
         ("objective: { default: 0.99 }", "objective needs a default"),
-        ("target: llm:target:ttft_p99_seconds", "is not a record of targets.yml"),
+        ("target: ttft_p99", "is not one of the targets (ttft_p95, ttft_p99, e2e_p99)"),
         ("window: 28d", "is not a duration"),
         ("long: 30m, short: 5m", "window 7m is not recorded"),
     ],
@@ -79,7 +78,7 @@ def test_a_broken_slos_yml_is_one_clear_error(tmp_path: Path, edit: str, message
     assert edit in text
     broken = {
         "objective: { default: 0.99 }": "objective: { interactive: 0.99 }",
-        "target: llm:target:ttft_p99_seconds": "target: llm:target:ttft_p42_seconds",
+        "target: ttft_p99": "target: ttft_p42",
         "window: 28d": "window: 4 weeks",
         "long: 30m, short: 5m": "long: 30m, short: 7m",
     }[edit]
@@ -92,11 +91,12 @@ def test_a_broken_slos_yml_is_one_clear_error(tmp_path: Path, edit: str, message
 def test_a_target_off_the_bucket_bounds_is_refused(tmp_path: Path) -> None:
     """An SLO counts good calls from one bucket: a target between two bounds could not be counted."""
     slo = generator("slo")
-    targets = (RULES_DIR / "targets.yml").read_text().replace("expr: vector(2.5)", "expr: vector(3)", 1)
-    path = tmp_path / "targets.yml"
-    path.write_text(targets)
-    with pytest.raises(ValueError, match="is not a bucket bound"):
-        slo.load(targets_path=path)
+    text = (ROOT / "prometheus" / "slos.yml").read_text().replace("interactive: 2.5,", "interactive: 3,", 1)
+    path = tmp_path / "slos.yml"
+    path.write_text(text)
+    valid = r"is not a bucket bound .*valid \(seconds\): .* 2, 2.5, 5,"
+    with pytest.raises(ValueError, match=r"ttft_p99.interactive = 3 " + valid):
+        slo.load(path)
 
 
 # -- the floors of issue 30, on what the rule engine fired -----------------------------------------

@@ -1,4 +1,4 @@
-"""The ``firsttoken`` command: ``demo`` (the default job), ``bench``, ``sim`` and ``view``."""
+"""The ``firsttoken`` command: ``demo`` (the default job), ``bench``, ``sim``, ``view`` and ``stack``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from .._version import __version__
 from .usage import OneLineParser
 
-COMMANDS = ("demo", "bench", "sim", "view")
+COMMANDS = ("demo", "bench", "sim", "view", "stack")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
         "command",
         choices=COMMANDS,
         help="demo: measure a workload on the simulator; bench: measure, compare and race endpoints; "
-        "sim: serve the OpenAI/Anthropic-compatible simulator; view: a local OTLP receiver and live page",
+        "sim: serve the OpenAI/Anthropic-compatible simulator; view: a local OTLP receiver and live page; "
+        "stack: regenerate or check the stack files derived from prometheus/slos.yml (targets, SLOs)",
     )
     if not args or args[0] in ("-h", "--help", "--version"):
         parser.parse_args(args)
@@ -42,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         from .view import main as view_main
 
         return view_main(args[1:])
+    if ns.command == "stack":
+        from .stack import main as stack_main
+
+        return stack_main(args[1:])
     from ..sim.cli import main as sim_main
 
     return int(sim_main(args[1:]))

@@ -1,7 +1,4 @@
-"""Generate firsttoken's Grafana dashboards (grafana/dashboards/*.json): the one source of truth.
-
-    python scripts/stack/dashboards.py          # write the JSON files
-    python scripts/stack/dashboards.py --check  # exit 1 if a committed file differs
+"""firsttoken's Grafana dashboards (grafana/dashboards/*.json), generated: the one source of truth.
 
 Classic dashboard JSON (schemaVersion 39), file-provisioned by
 grafana/provisioning/dashboards/dashboards.yaml; Grafana 11-13 load it (13 migrates it on load), and
@@ -12,16 +9,14 @@ selects firsttoken's own points (``otel_scope_name="firsttoken"``, SCOPE below):
 once whatever other GenAI instrumentation records the same calls (docs/coexistence.md).
 Latency panels ask for exemplars: a point or heatmap cell links to the trace of that very call in
 Tempo through the Prometheus datasource's exemplarTraceIdDestinations.
-Thresholds and SLO targets are read from prometheus/rules/targets.yml (and the error-ratio limit
-from alerts.yml) when this runs: the dashboards colour what the alerts fire on.
+Thresholds and SLO targets are the targets of prometheus/slos.yml (and the error-ratio limit is
+read from prometheus/rules/alerts.yml) when this runs: the dashboards colour what the alerts fire on.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +24,14 @@ from typing import Any
 
 import yaml
 
-from firsttoken import semconv as sc
+from .. import semconv as sc
+from .. import targets as tg
+from .slo import SLOS, Config
+from .slo import load as load_slos
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT_DIR = ROOT / "grafana" / "dashboards"
-TARGETS_FILE = ROOT / "prometheus" / "rules" / "targets.yml"
-ALERTS_FILE = ROOT / "prometheus" / "rules" / "alerts.yml"
+# Relative to the checkout.
+OUT_DIR = Path("grafana/dashboards")
+ALERTS_FILE = Path("prometheus/rules/alerts.yml")
 
 # Every panel and query uses the dashboard's datasource variables, so that the JSON imports into
 # any Grafana whatever its datasources are called.
@@ -102,12 +99,12 @@ TOKENS = "suffix: tokens"
 QUANTILE_COLORS = {0.5: "green", 0.95: "orange", 0.99: "red"}
 
 
-# -- targets: prometheus/rules/targets.yml, read at generation time ------------------------------
+# -- targets: of prometheus/slos.yml, read at generation time -------------------------------------
 
 
 @dataclass(frozen=True)
 class Target:
-    """One latency target of targets.yml: a percentile of a histogram, per traffic class."""
+    """One latency target of slos.yml: a percentile of a histogram, per traffic class."""
 
     record: str  # llm:target:ttft_p95_seconds
     signal: str  # "ttft" or "e2e"
@@ -119,37 +116,28 @@ class Target:
 
 
 _TARGET_RECORD = re.compile(r"llm:target:(ttft|e2e)_p(\d\d)_seconds")
-_VECTOR = re.compile(r"\s*vector\(\s*([0-9]+(?:\.[0-9]+)?)\s*\)\s*")
 
 
-def load_targets(path: Path = TARGETS_FILE) -> list[Target]:
-    """The targets of targets.yml, in file order; a rule this cannot read is an error, not a guess."""
-    found: dict[str, dict[str, float]] = {}
-    for group in yaml.safe_load(path.read_text())["groups"]:
-        for rule in group["rules"]:
-            record = rule.get("record", "")
-            if not record.startswith("llm:target:"):
-                continue
-            if not _TARGET_RECORD.fullmatch(record):
-                raise ValueError(f"{path}: unknown target {record} (expected llm:target:(ttft|e2e)_pNN_seconds)")
-            value = _VECTOR.fullmatch(str(rule["expr"]))
-            if not value:
-                raise ValueError(f"{path}: {record}: expr must be vector(<seconds>), got {rule['expr']!r}")
-            traffic_class = str((rule.get("labels") or {}).get("firsttoken_traffic_class", ""))
-            found.setdefault(record, {})[traffic_class] = float(value.group(1))
+def load_targets(values: dict[str, dict[str, float]]) -> list[Target]:
+    """The targets of slos.yml (:func:`firsttoken.targets.check`'s values), in their order."""
     targets = []
-    for record, seconds in found.items():
-        m = _TARGET_RECORD.fullmatch(record)
+    for name, seconds in values.items():
+        m = _TARGET_RECORD.fullmatch(tg.record(name))
         assert m
-        if "" not in seconds:
-            raise ValueError(f"{path}: {record} has no default (a rule without a traffic class label)")
-        targets.append(Target(record, m.group(1), int(m.group(2)) / 100, seconds))
-    if not targets:
-        raise ValueError(f"{path}: no llm:target:* rules")
+        targets.append(Target(tg.record(name), m.group(1), int(m.group(2)) / 100, seconds))
     return targets
 
 
-def load_error_ratio_limit(path: Path = ALERTS_FILE) -> float:
+@dataclass(frozen=True)
+class Inputs:
+    """What the dashboards are generated from: the targets, the error-ratio alert's limit, the SLOs."""
+
+    targets: list[Target]
+    error_limit: float
+    config: Config
+
+
+def load_error_ratio_limit(path: Path) -> float:
     """The error ratio LLMErrorRatioHigh fires over."""
     for group in yaml.safe_load(path.read_text())["groups"]:
         for rule in group["rules"]:
@@ -161,7 +149,7 @@ def load_error_ratio_limit(path: Path = ALERTS_FILE) -> float:
 
 
 def traffic_classes(targets: Sequence[Target]) -> list[str]:
-    """The classes targets.yml names, in file order, then "" (the default: every other class)."""
+    """The classes the targets name, in file order, then "" (the default: every other class)."""
     named: list[str] = []
     for t in targets:
         named += [c for c in t.seconds if c and c not in named]
@@ -183,7 +171,7 @@ HISTOGRAMS = {"ttft": (TTFT, sc.TTFT_BUCKETS), "e2e": (DURATION, sc.DURATION_BUC
 
 
 def slo_bound(seconds: float, buckets: Sequence[float], what: str) -> float:
-    """The bucket bound a target is checked at: the target itself when it is a bound (targets.yml keeps
+    """The bucket bound a target is checked at: the target itself when it is a bound (slos.yml keeps
     them so), else the largest bound under it, so that "under the bound" still means "met the target"."""
     under = [b for b in buckets if b <= seconds]
     if not under:
@@ -715,7 +703,7 @@ def summary_table(lay: Layout, targets: Sequence[Target], error_limit: float) ->
         "$__range). Errors: failed calls / calls. TTFT: time to first token of streamed calls. TPOT: time per "
         "output token. End-to-end: successful calls, SDK call to last byte. Cache hits: cached input tokens / input "
         f"tokens. Red: errors over {error_limit:.0%} (alerts.yml), TTFT p95 over {seconds_text(default_ttft)} or "
-        f"end-to-end p99 over {seconds_text(default_e2e)} (the default targets of prometheus/rules/targets.yml; the "
+        f"end-to-end p99 over {seconds_text(default_e2e)} (the default targets of prometheus/slos.yml; the "
         "SLO row below holds each traffic class to its own).",
     )
 
@@ -756,7 +744,7 @@ def slo_label(t: Target, traffic_class: str) -> str:
 
 def slo_rows(lay: Layout, targets: Sequence[Target]) -> None:
     named = traffic_classes(targets)
-    lay.row("SLOs by traffic class: targets from prometheus/rules/targets.yml")
+    lay.row("SLOs by traffic class: targets from prometheus/slos.yml")
     w = max(24 // len(named), 4)
     for traffic_class in named:
         queries = [
@@ -774,7 +762,7 @@ def slo_rows(lay: Layout, targets: Sequence[Target]) -> None:
             description=(
                 f"Calls of traffic class {traffic_class}" if traffic_class else "Calls outside the classes listed"
             )
-            + ", over the selected range: the share under each target of prometheus/rules/targets.yml. A p95 target "
+            + ", over the selected range: the share under each target of prometheus/slos.yml. A p95 target "
             "is met when 95% of the calls are under it (green), the alert's own condition. End-to-end counts failed "
             "calls as misses, however fast they failed.",
         )
@@ -791,9 +779,9 @@ def slo_rows(lay: Layout, targets: Sequence[Target]) -> None:
         )
 
 
-def latency_overview(min_interval: str) -> dict[str, Any]:
-    targets = load_targets()
-    error_limit = load_error_ratio_limit()
+def latency_overview(min_interval: str, inputs: Inputs) -> dict[str, Any]:
+    targets = inputs.targets
+    error_limit = inputs.error_limit
     lay = Layout(min_interval)
     summary_table(lay, targets, error_limit)
     slo_rows(lay, targets)
@@ -912,7 +900,7 @@ def latency_overview(min_interval: str) -> dict[str, Any]:
         # A float literal: Tempo 3 scans the column of the literal's type (an int would never match).
         f"`${{model:regex}}` && (status = error || span.{sc.FT_TIME_TO_FIRST_TOKEN} > {float(tightest)!r}) }}",
         description=f"Tempo search over the selected range: call spans that failed or waited longer than "
-        f"{seconds_text(tightest)} (the tightest TTFT target of prometheus/rules/targets.yml) for the first token. "
+        f"{seconds_text(tightest)} (the tightest TTFT target of prometheus/slos.yml) for the first token. "
         "The Collector's tail sampling keeps every such trace. Click a trace id to open its spans.",
     )
 
@@ -923,7 +911,7 @@ def latency_overview(min_interval: str) -> dict[str, Any]:
         unit="s",
         w=24,
         h=7,
-        description="Interactive traffic is held to a tighter target than batch (prometheus/rules/targets.yml).",
+        description="Interactive traffic is held to a tighter target than batch (prometheus/slos.yml).",
     )
 
     lay.row("$model: p50 / p95 / p99", repeat="model")
@@ -1029,7 +1017,7 @@ def latency_overview(min_interval: str) -> dict[str, Any]:
 # -- 2. Where the time goes --------------------------------------------------------------------
 
 
-def where_the_time_goes(min_interval: str) -> dict[str, Any]:
+def where_the_time_goes(min_interval: str, inputs: Inputs) -> dict[str, Any]:
     lay = Layout(min_interval)
     streamed = f'{CALL}, gen_ai_request_stream="true", error_type=""'
     lay.timeseries(
@@ -1187,7 +1175,7 @@ def where_the_time_goes(min_interval: str) -> dict[str, Any]:
 # -- 3. Tokens and cache -----------------------------------------------------------------------
 
 
-def tokens_and_cache(min_interval: str) -> dict[str, Any]:
+def tokens_and_cache(min_interval: str, inputs: Inputs) -> dict[str, Any]:
     lay = Layout(min_interval)
     lay.stat(
         "Input tokens per second",
@@ -1371,18 +1359,6 @@ def tokens_and_cache(min_interval: str) -> dict[str, Any]:
 # -- 4. LLM SLOs -------------------------------------------------------------------------------
 
 
-def _slo_module() -> Any:
-    """scripts/stack/slo.py (the SLOs of prometheus/slos.yml), imported by path like this file is."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("firsttoken_stack_slo", Path(__file__).with_name("slo.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 YEAR_S = 365 * 86400
 SLO_BY = "gen_ai_provider_name, gen_ai_request_model, firsttoken_traffic_class"
 SLO_ROW = "{{gen_ai_provider_name}}/{{gen_ai_request_model}} {{firsttoken_traffic_class}}"
@@ -1519,8 +1495,8 @@ def slo_section(lay: Layout, config: Any, slo: Any) -> None:
     )
 
 
-def llm_slos(min_interval: str) -> dict[str, Any]:
-    config = _slo_module().load()
+def llm_slos(min_interval: str, inputs: Inputs) -> dict[str, Any]:
+    config = inputs.config
     lay = Layout(min_interval)
     for slo in config.slos:
         slo_section(lay, config, slo)
@@ -1562,41 +1538,12 @@ BUILDERS = {
     "tokens-and-cache.json": tokens_and_cache,
     "llm-slos.json": llm_slos,
 }
+"""File name -> the function building it."""
 
 
-def render(min_interval: str = MIN_INTERVAL) -> dict[str, str]:
-    """File name -> JSON text, exactly as committed (with the default minimum interval)."""
-    return {name: json.dumps(build(min_interval), indent=2) + "\n" for name, build in BUILDERS.items()}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if a committed dashboard is out of date")
-    parser.add_argument(
-        "--min-interval",
-        default=MIN_INTERVAL,
-        help="every panel's minimum interval: your apps' metric export interval (default %(default)s)",
-    )
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="directory to write to (default %(default)s)")
-    args = parser.parse_args(argv)
-    if not re.fullmatch(r"[1-9][0-9]*(ms|s|m|h)", args.min_interval):
-        parser.error(f"--min-interval: expected a duration such as 15s or 1m, got {args.min_interval!r}")
-    if args.check and (args.out != OUT_DIR or args.min_interval != MIN_INTERVAL):
-        parser.error("--check compares the committed files: no --out or --min-interval with it")
-    stale = []
-    for name, text in render(args.min_interval).items():
-        path = args.out / name
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(name)
-        else:
-            args.out.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    if stale:
-        print(f"out of date (run python {Path(__file__).relative_to(ROOT)}): {', '.join(stale)}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def render(root: Path, min_interval: str = MIN_INTERVAL) -> dict[str, str]:
+    """File name -> JSON text, exactly as committed (with the default minimum interval), from the
+    checkout at ``root``."""
+    config = load_slos(root / SLOS)
+    inputs = Inputs(load_targets(config.targets), load_error_ratio_limit(root / ALERTS_FILE), config)
+    return {name: json.dumps(build(min_interval, inputs), indent=2) + "\n" for name, build in BUILDERS.items()}

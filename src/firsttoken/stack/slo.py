@@ -1,10 +1,7 @@
-"""Write the SLO recording rules and burn-rate alerts from prometheus/slos.yml and targets.yml.
-
-    python scripts/stack/slo.py          # rewrite prometheus/rules/slo-recording.yml and slo-alerts.yml
-    python scripts/stack/slo.py --check  # exit 1 if a committed file differs
+"""The SLO recording rules and burn-rate alerts, from prometheus/slos.yml (its SLOs and targets).
 
 An SLO (slos.yml) says which calls are good (``ttft``: time to first token within the class's
-target of targets.yml; ``e2e``: succeeded within the class's end-to-end target; ``availability``:
+target; ``e2e``: succeeded within the class's end-to-end target; ``availability``:
 did not fail) and what share of them must be, per traffic class. Every target is a bucket bound
 of its histogram, so "good" is exact: ``_bucket{le="<target>"}``.
 
@@ -31,22 +28,20 @@ and the long window holds at least ``min_bad_calls`` bad calls.
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from firsttoken import semconv as sc
+from .. import semconv as sc
+from .. import targets as tg
 
-ROOT = Path(__file__).resolve().parents[2]
-SLOS = ROOT / "prometheus" / "slos.yml"
-TARGETS = ROOT / "prometheus" / "rules" / "targets.yml"
-RECORDING = ROOT / "prometheus" / "rules" / "slo-recording.yml"
-ALERTS = ROOT / "prometheus" / "rules" / "slo-alerts.yml"
+# Relative to the checkout.
+SLOS = Path(tg.SOURCE)
+RECORDING = Path("prometheus/rules/slo-recording.yml")
+ALERTS = Path("prometheus/rules/slo-alerts.yml")
 DASHBOARD_UID = "llm-slos"
 
 TTFT = "firsttoken_client_time_to_first_token_seconds"
@@ -66,7 +61,6 @@ SPAN_MODEL = "gen_ai.request.model"
 SPAN_CLASS = "firsttoken.traffic_class"
 SPAN_TTFT = "firsttoken.time_to_first_token"
 
-_VECTOR = re.compile(r"\s*vector\(\s*([0-9]+(?:\.[0-9]+)?)\s*\)\s*")
 _DURATION = re.compile(r"([1-9][0-9]*)([mhd])")
 
 
@@ -106,6 +100,8 @@ class Config:
     slos: list[SLO]
     burn_alerts: list[BurnAlert]
     min_bad_calls: int
+    targets: dict[str, dict[str, float]]
+    """Every target of slos.yml: {name: {traffic class ("" = default): seconds}}."""
 
     @property
     def window_seconds(self) -> int:
@@ -119,23 +115,12 @@ class Config:
         return [*named, ""]
 
 
-def load_targets(path: Path = TARGETS) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
-    for group in yaml.safe_load(path.read_text())["groups"]:
-        for rule in group["rules"]:
-            value = _VECTOR.fullmatch(str(rule["expr"]))
-            if not value:
-                raise ValueError(f"{path.name}: {rule['record']}: expr must be vector(<seconds>)")
-            traffic_class = str((rule.get("labels") or {}).get(CLASS_LABEL, ""))
-            out.setdefault(rule["record"], {})[traffic_class] = float(value.group(1))
-    return out
-
-
-def load(path: Path = SLOS, targets_path: Path = TARGETS) -> Config:
-    """slos.yml, checked: every mistake is one clear error naming the file and the SLO."""
+def load(path: Path) -> Config:
+    """slos.yml, checked: every mistake is one clear error naming the file and the SLO (a
+    :class:`firsttoken.targets.TargetsError` with a line per bad target)."""
     doc = yaml.safe_load(path.read_text())
     where = path.name
-    targets = load_targets(targets_path)
+    targets = tg.check(doc.get("targets"), where)
     window = str(doc.get("window", ""))
     seconds(window)
     slos = []
@@ -155,17 +140,14 @@ def load(path: Path = SLOS, targets_path: Path = TARGETS) -> Config:
                 raise ValueError(f"{where}: {name}: objective {value} for {traffic_class or 'default'} not in (0, 1)")
         threshold: dict[str, float] = {}
         if sli != "availability":
-            record = entry.get("target")
-            if record not in targets:
-                raise ValueError(f"{where}: {name}: target {record!r} is not a record of {targets_path.name}")
-            threshold = targets[record]
-            buckets = SLIS[sli][1]
-            for traffic_class, value in threshold.items():
-                if value not in buckets or value == buckets[-1]:
-                    raise ValueError(
-                        f"{where}: {name}: {record} of {traffic_class or 'default'} = {value} s is not a bucket bound "
-                        f"(under the last) of {SLIS[sli][0]}: the good calls could not be counted exactly"
-                    )
+            target = entry.get("target")
+            if target not in targets:
+                raise ValueError(
+                    f"{where}: {name}: target {target!r} is not one of the targets ({', '.join(tg.NAMES)})"
+                )
+            if not str(target).startswith(sli):
+                raise ValueError(f"{where}: {name}: a {sli} SLO needs a {sli} target, not {target}")
+            threshold = targets[target]
         elif "target" in entry:
             raise ValueError(f"{where}: {name}: an availability SLO has no latency target")
         slos.append(SLO(name, sli, objective, threshold))
@@ -188,7 +170,7 @@ def load(path: Path = SLOS, targets_path: Path = TARGETS) -> Config:
     min_bad = int(doc["min_bad_calls"])
     if min_bad < 1:
         raise ValueError(f"{where}: min_bad_calls must be at least 1")
-    return Config(window, slos, alerts, min_bad)
+    return Config(window, slos, alerts, min_bad, targets)
 
 
 def le_matcher(bound: float) -> str:
@@ -428,13 +410,13 @@ def alert_rules(config: Config) -> dict[str, Any]:
     return {"groups": [{"name": "firsttoken-slo-alerts", "rules": rules}]}
 
 
-HEADER = """# GENERATED by scripts/stack/slo.py from prometheus/slos.yml and prometheus/rules/targets.yml:
-# do not edit; edit those, then run python scripts/stack/slo.py. What the rules do: its docstring
-# and docs/alerts.md.
+HEADER = """# GENERATED by `firsttoken stack generate` from prometheus/slos.yml: do not edit; edit that,
+# then run firsttoken stack generate. What the rules do: docs/alerts.md and the docstring of
+# firsttoken/stack/slo.py.
 """
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML is untyped here
     def ignore_aliases(self, data: Any) -> bool:
         return True
 
@@ -450,31 +432,10 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _str)
 
 
-def render(config: Config | None = None, scale: int = 1) -> dict[Path, str]:
-    config = config or load()
+def render(config: Config, scale: int = 1) -> dict[Path, str]:
+    """The rule files, relative to the checkout -> their text."""
     dump = {"sort_keys": False, "width": 200, "Dumper": _Dumper, "allow_unicode": True}
     return {
-        RECORDING: HEADER + yaml.dump(recording_rules(config, scale), **dump),  # type: ignore[call-overload]
-        ALERTS: HEADER + yaml.dump(alert_rules(config), **dump),  # type: ignore[call-overload]
+        RECORDING: HEADER + yaml.dump(recording_rules(config, scale), **dump),
+        ALERTS: HEADER + yaml.dump(alert_rules(config), **dump),
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if a committed file is out of date")
-    args = parser.parse_args(argv)
-    stale = []
-    for path, text in render().items():
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(str(path.relative_to(ROOT)))
-        else:
-            path.write_text(text)
-    if stale:
-        print(f"out of date (run python {Path(__file__).relative_to(ROOT)}): {', '.join(stale)}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
