@@ -24,7 +24,8 @@ def test_an_unknown_option_or_command_is_one_useful_line() -> None:
     done = _run("-m", "firsttoken", "--bogus")
     assert done.returncode == 2
     assert done.stderr == (
-        "firsttoken: error: unknown option --bogus: give a command first (demo, bench, sim, view, stack), then its options\n"
+        "firsttoken: error: unknown option --bogus: give a command first (demo, bench, sim, view, stack), "
+        "then its options\n"
     )
     done = _run("-m", "firsttoken", "bogus")
     assert done.returncode == 2

@@ -164,7 +164,7 @@ def test_no_module_uses_another_modules_private_names(package: tuple[dict[str, M
 # The layers of docs/design.md, lowest first: a module imports only modules of its own layer or below.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the simulator stands alone; the foundations name things and hold no state of a call
-    ("sim", "_internal", "_imports", "_version", "_sums", "semconv", "config"),
+    ("sim", "_internal", "_imports", "_version", "_sums", "semconv", "_targets", "targets", "config"),
     ("timeline",),
     ("context",),
     ("tail", "instruments", "actions", "recorder", "_patch", "_otlp"),  # spans and metrics: the app's, a call's
@@ -174,6 +174,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("_install", "_exit", "_coexist", "instrumentor", "app", "race"),  # the instrumentation and what the app calls
     ("charts",),  # what the reports and the viewer draw with
     ("view",),  # the viewer: the command line starts it, it reaches up into nothing
+    ("stack",),  # the stack files derived from prometheus/slos.yml (firsttoken stack)
     ("firsttoken", "__main__", "cli"),  # the public API, the command line
 )
 

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{PROG}: every file derived from {root / 'prometheus' / 'slos.yml'} is up to date")
         return 0
-    written = []
+    written: list[Path] = []
     for path, text in outputs.items():
         target = root / path
         if args.dashboards_out and path.parent == stack.dashboards.OUT_DIR:
@@ -71,10 +71,23 @@ def main(argv: list[str] | None = None) -> int:
         if not target.is_file() or target.read_text() != text:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
-            written.append(str(path))
+            written.append(target)
     source = root / "prometheus" / "slos.yml"
     if not written:
         print(f"{PROG}: every file derived from {source} was already up to date")
         return 0
-    print(f"{PROG}: rewrote {', '.join(written)} from {source}; restart Prometheus and the Collector (docs/stack.md)")
+    names = ", ".join(str(p.relative_to(root)) if p.is_relative_to(root) else str(p) for p in written)
+    print(f"{PROG}: rewrote {names} from {source}{_then(written, root)}")
     return 0
+
+
+def _then(written: list[Path], root: Path) -> str:
+    """What to restart for the files rewritten (docs/stack.md, "Choosing your targets")."""
+    steps = []
+    if any(p.is_relative_to(root / "prometheus") for p in written):
+        steps.append("reload Prometheus")
+    if any(p.is_relative_to(root / "collector-config") for p in written):
+        steps.append("restart the Collector")
+    if any(p.is_relative_to(root / "src") for p in written):
+        steps.append("reinstall firsttoken where your apps run (or set FIRSTTOKEN_TARGETS)")
+    return f"; then {', '.join(steps)} (docs/stack.md)" if steps else ""

@@ -1514,7 +1514,7 @@ def llm_slos(min_interval: str, inputs: Inputs) -> dict[str, Any]:
         else:
             lay.jaeger_traces(
                 f"{stem}: $model over its class's threshold",
-                [jaeger_slow(c, float(slo.threshold_for(c))) for c in config.classes()],
+                [jaeger_slow(c, slo.threshold.get(c, slo.threshold[""])) for c in config.classes()],
                 repeat="model",
                 description="The Jaeger form of the Tempo panel: per traffic class (A, B, ...), the calls of this "
                 "model slower in all than the class's threshold of this SLO." + JAEGER_NOTE,

@@ -23,7 +23,9 @@ The recording rules are one group, evaluated in order, per provider, model and t
   burn rate over the SLO window.
 
 The alerts of ``burn_alerts`` fire per SLO while the burn rate is over ``burn`` over both windows
-and the long window holds at least ``min_bad_calls`` bad calls.
+and the long window holds at least ``min_bad_calls`` bad calls. An alert with an ``hour_cap`` (the
+ticket) reads its long window as ``llm:slo_burn_rate_capped:<window>``: each hour's burn counted up to
+the cap (``capped_rules``), so that an incident that paged and is over does not hold it open.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ SLIS = {"ttft": (TTFT, sc.TTFT_BUCKETS), "e2e": (DURATION, sc.DURATION_BUCKETS),
 RAW_WINDOWS = ("5m",)
 DERIVED_WINDOWS = (("30m", "5m", "1m"), ("1h", "5m", "5m"), ("6h", "5m", "5m"), ("1d", "1h", "1h"), ("3d", "1h", "1h"))
 SECONDS = {"m": 60, "h": 3600, "d": 86400}
+HOURLY_WINDOWS = tuple(w for w, source, _ in DERIVED_WINDOWS if source == "1h")
 # Span attributes of firsttoken's call span, for the trace search in the alerts' annotations.
 SPAN_MODEL = "gen_ai.request.model"
 SPAN_CLASS = "firsttoken.traffic_class"
@@ -92,6 +95,15 @@ class BurnAlert:
     long: str
     short: str
     burn: float
+    hour_cap: float | None = None
+    """Over the long window, each hour's burn counted up to this (a long window built from 1 h rates)."""
+
+    @property
+    def long_burn(self) -> str:
+        """The series of the long window's burn rate the alert is decided on (with the cap, if any)."""
+        if self.hour_cap is None:
+            return f"llm:slo_burn_rate:{self.long}"
+        return f"llm:slo_burn_rate_capped:{self.long}"
 
 
 @dataclass(frozen=True)
@@ -156,9 +168,23 @@ def load(path: Path) -> Config:
     windows = {*RAW_WINDOWS, *(w for w, _, _ in DERIVED_WINDOWS)}
     alerts = []
     for entry in doc["burn_alerts"]:
+        cap = entry.get("hour_cap")
         alert = BurnAlert(
-            str(entry["alert"]), str(entry["severity"]), str(entry["long"]), str(entry["short"]), float(entry["burn"])
+            str(entry["alert"]),
+            str(entry["severity"]),
+            str(entry["long"]),
+            str(entry["short"]),
+            float(entry["burn"]),
+            None if cap is None else float(cap),
         )
+        if alert.hour_cap is not None:
+            if alert.long not in HOURLY_WINDOWS:
+                raise ValueError(
+                    f"{where}: {alert.alert}: hour_cap needs a long window built from 1 h rates "
+                    f"({', '.join(HOURLY_WINDOWS)}), not {alert.long}"
+                )
+            if not alert.hour_cap > alert.burn:
+                raise ValueError(f"{where}: {alert.alert}: hour_cap {cap} must be over the alert's burn {alert.burn:g}")
         for w in (alert.long, alert.short):
             if w not in windows:
                 raise ValueError(f"{where}: {alert.alert}: window {w} is not recorded (one of {sorted(windows)})")
@@ -283,6 +309,7 @@ def recording_rules(config: Config, scale: int = 1) -> dict[str, Any]:
     for slo in config.slos:
         for traffic_class in classes:
             rules.append(budget_rule(slo, traffic_class, classes))
+    rules += capped_rules(config, scale)
     for window in [*RAW_WINDOWS, *(w for w, _, _ in derived)]:
         rules.append(
             {
@@ -295,6 +322,40 @@ def recording_rules(config: Config, scale: int = 1) -> dict[str, Any]:
         {"record": f"llm:slo_budget_remaining:{config.window}", "expr": f"1 - llm:slo_burn_rate:{config.window}"}
     )
     return {"groups": [{"name": "firsttoken-slo", "rules": rules}]}
+
+
+def capped_rules(config: Config, scale: int = 1) -> list[dict[str, Any]]:
+    """For each long window with an ``hour_cap``: its burn rate with every hour's bad calls counted up
+    to ``hour_cap`` times the budget (label ``cap``). An hour that burns faster is a page's business; an
+    incident that paged and is over then weighs at most that on the ticket's window, instead of holding
+    it over 1 for days, where any night near 1x reopens the ticket (docs/alerts.md)."""
+    rules: list[dict[str, Any]] = []
+    ignoring = f"ignoring ({INFO_LABELS})"
+    for cap in sorted({a.hour_cap for a in config.burn_alerts if a.hour_cap is not None}):
+        limit = f"({number(cap)} * llm:slo_calls:rate1h * {ignoring} llm:slo_error_budget)"
+        rules.append(
+            {
+                "record": "llm:slo_bad_capped:rate1h",
+                "expr": f"llm:slo_bad:rate1h <= on ({ON}) {limit} or on ({ON}) {limit}",
+                "labels": {"cap": number(cap)},
+            }
+        )
+    for window in sorted({a.long for a in config.burn_alerts if a.hour_cap is not None}, key=seconds):
+        rules.append(
+            {
+                "record": f"llm:slo_bad_capped:rate{window}",
+                "expr": f"avg_over_time(llm:slo_bad_capped:rate1h[{scaled(window, scale)}:{scaled('1h', scale)}])"
+                " or llm:slo_bad_capped:rate1h",
+            }
+        )
+        rules.append(
+            {
+                "record": f"llm:slo_burn_rate_capped:{window}",
+                "expr": f"llm:slo_bad_capped:rate{window} / ignoring (cap) llm:slo_calls:rate{window}"
+                f" / ignoring ({INFO_LABELS}, cap) group_left ({INFO_LABELS}) llm:slo_error_budget",
+            }
+        )
+    return rules
 
 
 def _query(expr: str, show: str) -> str:
@@ -373,9 +434,15 @@ def alert_rules(config: Config) -> dict[str, Any]:
             expr = (
                 f"llm:slo_burn_rate:{alert.long}{{{name}}} > {number(alert.burn)}\n"
                 f"and llm:slo_burn_rate:{alert.short}{{{name}}} > {number(alert.burn)}\n"
-                f"and on ({ON}) llm:slo_bad_calls:{alert.long}{{{name}}} >= {config.min_bad_calls}\n"
+                + ("" if alert.hour_cap is None else f"and {alert.long_burn}{{{name}}} > {number(alert.burn)}\n")
+                + f"and on ({ON}) llm:slo_bad_calls:{alert.long}{{{name}}} >= {config.min_bad_calls}\n"
             )
             spent = number(round(100 * alert.burn * long_s / window_s, 2))
+            capped = (
+                ""
+                if alert.hour_cap is None
+                else f" (with each hour counted up to {number(alert.hour_cap)}x, also over {number(alert.burn)})"
+            )
             remaining = _query(f"llm:slo_budget_remaining:{config.window}{{SEL}}", "humanizePercentage")
             lasts = _query(f"{window_s} / llm:slo_burn_rate:{alert.long}{{SEL}}", "humanizeDuration")
             rules.append(
@@ -392,7 +459,8 @@ def alert_rules(config: Config) -> dict[str, Any]:
                         "description": (
                             f"SLO {slo.name}: {{{{ $labels.slo_objective | humanizePercentage }}}} of the "
                             f"{what_is_good(slo)}, over "
-                            f'{config.window}. Burn rate over {alert.long} {{{{ $value | printf "%.1f" }}}} and over '
+                            f"{config.window}. Burn rate over {alert.long} "
+                            f'{{{{ $value | printf "%.1f" }}}}{capped} and over '
                             f"{alert.short} also over {number(alert.burn)} (at {number(alert.burn)}x, {spent}% of the "
                             f"{config.window} budget goes in {alert.long}). At this rate a whole {config.window} "
                             f"budget lasts {lasts}. Budget left over {config.window}: {remaining}."
