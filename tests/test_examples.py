@@ -153,5 +153,5 @@ def test_the_readme_quickstart_sets_what_these_tests_set() -> None:
     quickstart = readme.split("## Seeing TTFT on your machine", 1)[1].split("\n## ", 1)[0]
     port = build_parser().parse_args([]).port
     assert f"OPENAI_BASE_URL=http://127.0.0.1:{port}/v1 " in quickstart
-    command = "OTEL_TRACES_EXPORTER=console OTEL_METRICS_EXPORTER=none python firsttoken/examples/openai_chat.py"
+    command = "OTEL_TRACES_EXPORTER=console OTEL_METRICS_EXPORTER=none .venv/bin/python examples/openai_chat.py"
     assert command in quickstart
