@@ -11,7 +11,7 @@ docker-compose.yml pins, built from Go modules (scripts/stack/build.sh), started
                                           as docker-compose.jaeger.yml runs it (otelcol-jaeger.yaml)
 
 Tempo itself is not run: its Go module is AGPL-licensed and may not be used on this project's
-machines (docs/stack.md). The trace store records what the Collector sends to Tempo's address, so
+machines (docs/stack-tests.md). The trace store records what the Collector sends to Tempo's address, so
 everything decided before Tempo (tail sampling, what exemplars point at) is checked for real;
 TraceQL is not (test_stack_queries.py checks the dashboards' TraceQL against Tempo's source).
 Jaeger is queried the way Grafana's Jaeger datasource queries it (docs/trace-stores.md); without
