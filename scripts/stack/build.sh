@@ -7,6 +7,8 @@
 #   scripts/stack/build.sh [COMPONENT] --check      exit 0 when built, 1 otherwise (builds nothing)
 #   scripts/stack/build.sh [COMPONENT] --for-tests  build within $FIRSTTOKEN_STACK_BUILD_TIMEOUT s in all
 #                                                   (2400), never fail; one line per component
+#   scripts/stack/build.sh thanos                   build Thanos (not part of `all` or --for-tests yet:
+#                                                   no test runs it; issue #39)
 #   scripts/stack/build.sh tempo                    says why Tempo is not built (exit 1)
 #
 # Versions are read from docker-compose.yml and its override docker-compose.jaeger.yml, the only
@@ -27,6 +29,10 @@
 #     module path, so the proxy serves none of them and nothing newer than 2.13.0 can be built.
 #     Without the web UI (a frontend build the module does not ship): the query API is all the
 #     tests and Grafana use.
+#   - thanos: upstream's cmd/thanos (one binary: sidecar, query, store, rule, receive) built inside the
+#     wrapper module scripts/stack/gomod/thanos with the tags of Thanos' own release build (netgo,
+#     slicelabels; without them Receive panics). No compose file runs Thanos yet, so its version is
+#     the one that module requires.
 #   - tempo: not built. The Go module github.com/grafana/tempo is AGPL-licensed and this project's
 #     machines may not use it (and the proxy serves no version of its 3.x tags); see docs/stack.md.
 # Binaries are cached in $FIRSTTOKEN_STACK_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/firsttoken/stack)
@@ -45,13 +51,13 @@ for arg in "$@"; do
         --check) mode=check ;;
         --path) mode=path ;;
         --for-tests) mode=for-tests ;;
-        otelcol | prometheus | alertmanager | jaeger | all) what=$arg ;;
+        otelcol | prometheus | alertmanager | jaeger | thanos | all) what=$arg ;;
         tempo)
             echo "build.sh: Tempo is not built: the Go module github.com/grafana/tempo is AGPL-licensed and may not be used on this project's machines; the tests stand in for it (docs/stack.md)" >&2
             exit 1
             ;;
         *)
-            echo "build.sh: unknown argument '$arg' (otelcol|prometheus|alertmanager|jaeger|all, --check, --for-tests)" >&2
+            echo "build.sh: unknown argument '$arg' (otelcol|prometheus|alertmanager|jaeger|thanos|all, --check, --for-tests)" >&2
             exit 2
             ;;
     esac
@@ -75,6 +81,7 @@ version_of() {
         prometheus) image_version prom/prometheus ;;
         alertmanager) image_version prom/alertmanager ;;
         jaeger) image_version jaegertracing/jaeger ;;
+        thanos) sed -n 's|^[[:space:]]*github.com/thanos-io/thanos \(v[^ ]*\).*|\1|p' "$ROOT/scripts/stack/gomod/thanos/go.mod" ;;
     esac
 }
 
@@ -164,10 +171,14 @@ build_wrapped() {
         (cd "$work" && go mod edit -replace "$module=./upstream")
     fi
     local ldflags="-X github.com/prometheus/common/version.Version=${version#v}"
+    local tags=""
     if [ "$name" = jaeger ]; then
         ldflags="-X $module/internal/version.latestVersion=v${version#v}"
     fi
-    (cd "$work" && nice -n 10 go build -trimpath -o "$out" -ldflags "$ldflags" "$pkg")
+    if [ "$name" = thanos ]; then
+        tags="netgo,slicelabels"
+    fi
+    (cd "$work" && nice -n 10 go build -trimpath -tags "$tags" -o "$out" -ldflags "$ldflags" "$pkg")
 }
 
 build_one() {
@@ -206,6 +217,10 @@ build_one() {
             fi
             build_wrapped jaeger github.com/jaegertracing/jaeger "v1.$((minor + 63)).$patch" \
                 github.com/jaegertracing/jaeger/cmd/jaeger "$version" "$out.tmp" "$work"
+            ;;
+        thanos)
+            build_wrapped thanos github.com/thanos-io/thanos "$version" \
+                github.com/thanos-io/thanos/cmd/thanos "$version" "$out.tmp" "$work"
             ;;
     esac
     mv "$out.tmp" "$out"
