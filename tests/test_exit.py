@@ -270,7 +270,12 @@ def test_a_collector_restart_loses_no_span(sim: Simulator, tmp_path: Path) -> No
             code, err = _finish(process, timeout=120)
             assert code == 0, err
             assert second.call_spans > 0
-            assert first.call_spans + second.call_spans == 60, (first.call_spans, second.call_spans)
+            # Nothing lost: every call's span reached one Collector or the other. At least once: a
+            # batch the first one received but answered after the exporter's 1 s timeout (a loaded
+            # machine) is sent again, so a few spans may arrive twice (seen once: 12 + 49 for 60).
+            ids = first.call_span_ids + second.call_span_ids
+            assert len(set(ids)) == 60, (first.call_spans, second.call_spans)
+            assert len(ids) - 60 <= 10, (first.call_spans, second.call_spans)
             assert len(set(first.call_span_ids) | set(second.call_span_ids)) == 60
     finally:
         if process.poll() is None:
