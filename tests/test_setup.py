@@ -164,10 +164,21 @@ def test_misspelt_variables_name_the_closest_setting() -> None:
         "FIRSTTOKEN_STACK": "required",  # the project's own test variables are nowhere near a setting
         "FIRSTTOKEN_RECORDINGS": "x",
         "OTEL_SERVICE_NAME": "app",
+        # a real setting under a near miss of the prefix
+        "FIRSTOKEN_PHASE_SPANS": "never",
+        "FIRST_TOKEN_TAIL_SHARE": "0.5",
+        "firsttokenchunk_metrics": "1",
+        # far from the prefix, or not a setting after it: an app's own variables
+        "OTEL_SDK_DISABLED": "false",
+        "TOKEN_DISABLED": "1",
+        "FIRST_TOKEN_STACK": "x",
     }
     assert config.misspelt_variables(environ) == [
+        "FIRSTOKEN_PHASE_SPANS is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_PHASE_SPANS?",
         "FIRSTTOKEN_PHASESPANS is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_PHASE_SPANS?",
+        "FIRST_TOKEN_TAIL_SHARE is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_TAIL_SHARE?",
         "firsttoken_tail_shares is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_TAIL_SHARE?",
+        "firsttokenchunk_metrics is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_CHUNK_METRICS?",
     ]
 
 
@@ -195,6 +206,7 @@ def test_a_bad_env_var_warns_and_the_app_is_measured_with_its_default(
 ) -> None:
     monkeypatch.setenv(config.ENV_PHASE_SPANS, "sometimes")
     monkeypatch.setenv("FIRSTTOKEN_PHASESPANS", "never")
+    monkeypatch.setenv("FIRST_TOKEN_WIRE_PHASES", "false")
     t = Telemetry()
     with pytest.warns(firsttoken.FirstTokenWarning) as caught:
         ok = firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
@@ -206,6 +218,8 @@ def test_a_bad_env_var_warns_and_the_app_is_measured_with_its_default(
             "FIRSTTOKEN_PHASE_SPANS?",
             "firsttoken: FIRSTTOKEN_PHASE_SPANS='sometimes' is not understood: use always, tail or never "
             "(true/false mean always/never); using the default, 'tail'",
+            "firsttoken: FIRST_TOKEN_WIRE_PHASES is not a firsttoken setting and is ignored: did you mean "
+            "FIRSTTOKEN_WIRE_PHASES?",
         ]
         c = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
         assert c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}]).choices
