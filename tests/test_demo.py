@@ -21,6 +21,7 @@ import pytest
 
 import firsttoken
 from firsttoken import FirstTokenWarning
+from firsttoken.cli.demo import WORKLOAD_PROGRESS, _Progress
 from firsttoken.providers import _levers
 from firsttoken.sim import Fault, LatencyModel, Simulator
 
@@ -63,8 +64,20 @@ def test_report_shows_progress_the_phase_breakdown_and_the_caveat() -> None:
     assert "server_wait" in out and "%)" in out
     assert "* fewer than 20 successful calls: p95 and p99 are about the slowest call" in " ".join(out.split())
     assert out.rstrip().endswith("Set OTEL_EXPORTER_OTLP_ENDPOINT to also export over OTLP.")
-    assert "workload: 0/6 user actions" in done.stderr  # progress before the first action is done
+    counts = [line for line in done.stderr.splitlines() if line.startswith("workload: ")]
+    assert counts[0] == "workload: 0/6 user actions", done.stderr  # progress before the first action is done
+    assert counts[-1] == "workload: 6/6 user actions", done.stderr  # and at the end, not only after the first
     assert "Warning" not in done.stderr and "warn(" not in done.stderr
+
+
+def test_progress_in_a_log_is_a_line_each_tenth_of_the_way(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a terminal (a CI log): no rewriting in place, and a count now and then up to the end."""
+    progress = _Progress()
+    assert not progress.tty
+    for done in range(41):
+        progress.count(WORKLOAD_PROGRESS, done, 40)
+    progress.done()
+    assert capsys.readouterr().err.splitlines() == [f"workload: {n}/40 user actions" for n in range(0, 41, 4)]
 
 
 def test_levers_show_progress_and_their_own_warning_as_the_levers_point() -> None:
