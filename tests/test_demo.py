@@ -22,6 +22,7 @@ import pytest
 import firsttoken
 from firsttoken import FirstTokenWarning
 from firsttoken.cli.demo import WORKLOAD_PROGRESS, _Progress
+from firsttoken.cli.report import collect, render
 from firsttoken.providers import _levers
 from firsttoken.sim import Fault, LatencyModel, Simulator
 
@@ -281,6 +282,20 @@ def test_the_report_fits_80_columns() -> None:
     for header in ("calls", "failed", "streamed", "input tok", "output tok", "cache hit"):
         assert header in text  # split in two tables, not cut
     assert any(line.startswith("anthropic  claude-sonnet-4-6") for line in lines), done.stdout
+
+
+def test_the_latency_table_says_ttft_is_of_the_streamed_calls_only(telemetry: Any, sim: Simulator) -> None:
+    """A model called both ways: its TTFT p50 is of the streamed call, its end-to-end p50 of both."""
+    client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    assert client.chat.completions.create(model="m", messages=messages).choices
+    assert list(client.chat.completions.create(model="m", messages=messages, stream=True))
+    stats = collect(telemetry.spans())
+    ((_, model),) = stats.items()
+    assert (model.calls, model.streamed, len(model.ttft), len(model.e2e)) == (2, 1, 1, 2)
+    text = render(stats, title="t", width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "TTFT and TPOT are of the streamed calls only, end-to-end of all of them" in " ".join(text.split())
 
 
 def test_a_wide_terminal_gets_the_levers_as_one_table() -> None:
