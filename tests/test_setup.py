@@ -383,6 +383,32 @@ def _run_app(tmp_path: Path, collector: _Collector, prelude: str, command: list[
     return done.stderr
 
 
+def test_without_a_service_name_the_resource_names_the_script_or_module(tmp_path: Path) -> None:
+    """firsttoken's own set-up: what the process runs, not the SDK's unknown_service:python for every app
+    (in firsttoken view's app column, say); a name the app gives wins."""
+    app = "import firsttoken\nfrom opentelemetry import trace\nfirsttoken.instrument()\n"
+    app += "print(trace.get_tracer_provider().resource.attributes['service.name'])\n"
+    (tmp_path / "chat_app.py").write_text(app)
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "worker.py").write_text(app)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))}
+    env |= {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}
+    runs = {
+        "chat_app": ([sys.executable, "chat_app.py"], env),
+        "myapp.worker": ([sys.executable, "-m", "myapp.worker"], env),
+        "named": ([sys.executable, "chat_app.py"], env | {"OTEL_SERVICE_NAME": "named"}),
+    }
+    started = {
+        want: subprocess.Popen(argv, cwd=tmp_path, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for want, (argv, e) in runs.items()
+    }
+    for want, process in started.items():
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        assert out.strip() == want, (out, err)
+
+
 def _exported_call_span(collector: _Collector) -> Any:
     spans = [
         span
