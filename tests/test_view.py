@@ -145,7 +145,7 @@ def test_the_stored_calls_are_the_calls_the_app_saw(fed: tuple[Viewer, list[dict
     assert [
         (e["span_id"], e["provider"], e["model"], e["error_type"], e["status"], e["message"], e["service"])
         for e in overview["errors"]
-    ] == [(failed["span_id"], "openai", "gpt-4.1", "InternalServerError", 503, "InternalServerError", "view-test-app")]
+    ] == [(failed["span_id"], "openai", "gpt-4.1", "InternalServerError", 503, "Overloaded", "view-test-app")]
 
 
 def test_a_call_has_its_phases_and_the_action_around_it(fed: tuple[Viewer, list[dict[str, Any]]]) -> None:
