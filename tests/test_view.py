@@ -56,8 +56,8 @@ with Simulator(seed=3, models={"slow-model": slow}) as sim:
     an.messages.create(model="claude-sonnet-4-6", max_tokens=40, messages=[{"role": "user", "content": "hi"}])
     for _ in range(3):
         oa.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
-    try:  # a fast 503: never among the slowest calls
-        oa.with_options(max_retries=0).chat.completions.create(
+    try:  # a 503 on both attempts: never among the slowest calls
+        oa.with_options(max_retries=1).chat.completions.create(
             model="gpt-4.1", messages=[{"role": "user", "content": "hi"}],
             extra_headers={"x-firsttoken-sim-fault": "overloaded"},
         )
@@ -274,7 +274,8 @@ def test_a_click_on_a_slow_call_opens_its_waterfall(fed: tuple[Viewer, list[dict
 def test_a_failed_call_is_listed_and_opens_like_the_slowest(
     fed: tuple[Viewer, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
-    """A fast 503 never ranks among the slowest calls: the failed calls' list is the way to it."""
+    """A failed call never ranks among the slowest calls: the failed calls' list is the way to it. Its two
+    attempts draw each phase twice, the legend names each once."""
     v, seen = fed
     failed = next(c for c in seen if c["model"] == "gpt-4.1")
     chrome = Browser(tmp_path / "profile")
@@ -289,7 +290,14 @@ def test_a_failed_call_is_listed_and_opens_like_the_slowest(
         assert "chat gpt-4.1" in chrome.evaluate("document.getElementById('detail-title').textContent")
         attrs = chrome.evaluate("document.getElementById('attrs').textContent")
         assert "error.typeInternalServerError" in attrs and "http.response.status_code503" in attrs
-        assert chrome.wait_for("document.getElementById('waterfall').dataset.phases")  # its waterfall too
+        assert "firsttoken.attempts2" in attrs
+        drawn = json.loads(chrome.wait_for("document.getElementById('waterfall').dataset.phases"))  # its waterfall
+        legend = chrome.evaluate(
+            "[...document.querySelectorAll('#waterfall .legend .legendtext')].map(t => t.textContent)"
+        )
+        phases = [phase for phase, _ in drawn]
+        assert phases.count("server_wait") == 2, phases  # each attempt drawn...
+        assert sorted(legend) == sorted(set(phases)), legend  # ...and each phase once in the legend
     finally:
         chrome.close()
 
