@@ -440,6 +440,11 @@ class Command:
         first = self.process.stdout.readline()
         found = re.search(r"receiving OTLP/HTTP on (http://127\.0\.0\.1:(\d+))", first)
         assert found and found.group(2) != "0", first + self.stderr_path.read_text()
+        said = [first]
+        while not said[-1].rstrip().endswith("Ctrl-C stops"):
+            said.append(self.process.stdout.readline())
+            assert said[-1], said
+        assert max(len(line.rstrip("\n")) for line in said) <= 80, said  # the start-up fits an 80-column terminal
         self.url = found.group(1)
         self.viewer = Viewer.__new__(Viewer)
         self.viewer.url = self.url
