@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,20 @@ if os.environ.get("FIRSTTOKEN_TEST_INSTALLED"):  # scripts/test_release.sh: the 
     assert firsttoken.__file__ and firsttoken.__file__.startswith(os.environ["FIRSTTOKEN_TEST_INSTALLED"]), (
         f"testing {firsttoken.__file__}, not the wheel installed in {os.environ['FIRSTTOKEN_TEST_INSTALLED']}"
     )
+
+
+RECORDED = Path(os.environ.get("FIRSTTOKEN_RECORDINGS", Path(__file__).resolve().parents[2] / "shared" / "recorded"))
+"""Responses recorded against the real services: shared/recorded beside the checkout, or $FIRSTTOKEN_RECORDINGS."""
+
+
+def recorded_cassettes(provider: str) -> list[Path]:
+    """``provider``'s cassettes under :data:`RECORDED`; without any, the calling module is skipped (an error in CI)."""
+    cassettes = sorted((RECORDED / provider).glob("*.yaml"))
+    if not cassettes:
+        if os.environ.get("CI"):
+            raise RuntimeError(f"no recordings under {RECORDED}: CI must have shared/recorded beside the checkout")
+        pytest.skip(f"no recordings under {RECORDED} (set FIRSTTOKEN_RECORDINGS)", allow_module_level=True)
+    return cassettes
 
 
 class Telemetry:

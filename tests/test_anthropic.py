@@ -283,7 +283,9 @@ def test_overloaded_error_event_mid_stream(telemetry: Telemetry, slow_sim: Any) 
         client(slow_sim).messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as stream,
     ):
         stream.get_final_message()
-    _ended(telemetry, sc.END_ERROR, type(caught.value).__qualname__)
+    span = _ended(telemetry, sc.END_ERROR, type(caught.value).__qualname__)
+    assert isinstance(caught.value.body, dict)
+    assert span.status.description == caught.value.body["error"]["message"], "the API's words, not the class again"
 
 
 async def test_cancelled(telemetry: Telemetry, slow_sim: Any) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +18,12 @@ import firsttoken
 from firsttoken import semconv as sc
 from firsttoken.sim import LatencyModel, Simulator
 
-from .conftest import Telemetry
+from .conftest import Telemetry, recorded_cassettes
 
 # The recordings name models the SDK now calls deprecated; that warning is about the data, not us.
 pytestmark = pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
 
-RECORDED = Path(os.environ.get("FIRSTTOKEN_RECORDINGS", Path(__file__).resolve().parents[2] / "shared" / "recorded"))
-CASSETTES = sorted((RECORDED / "anthropic").glob("*.yaml"))
-
-if not CASSETTES:
-    if os.environ.get("CI"):
-        raise RuntimeError(f"no recordings under {RECORDED}: CI must have shared/recorded beside the checkout")
-    pytest.skip(f"no recordings under {RECORDED} (set FIRSTTOKEN_RECORDINGS)", allow_module_level=True)
+CASSETTES = recorded_cassettes("anthropic")
 
 
 def _text(body: Any) -> str:

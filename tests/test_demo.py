@@ -21,6 +21,8 @@ import pytest
 
 import firsttoken
 from firsttoken import FirstTokenWarning
+from firsttoken.cli.demo import WORKLOAD_PROGRESS, _Progress
+from firsttoken.cli.report import collect, render
 from firsttoken.providers import _levers
 from firsttoken.sim import Fault, LatencyModel, Simulator
 
@@ -63,8 +65,20 @@ def test_report_shows_progress_the_phase_breakdown_and_the_caveat() -> None:
     assert "server_wait" in out and "%)" in out
     assert "* fewer than 20 successful calls: p95 and p99 are about the slowest call" in " ".join(out.split())
     assert out.rstrip().endswith("Set OTEL_EXPORTER_OTLP_ENDPOINT to also export over OTLP.")
-    assert "workload: 0/6 user actions" in done.stderr  # progress before the first action is done
+    counts = [line for line in done.stderr.splitlines() if line.startswith("workload: ")]
+    assert counts[0] == "workload: 0/6 user actions", done.stderr  # progress before the first action is done
+    assert counts[-1] == "workload: 6/6 user actions", done.stderr  # and at the end, not only after the first
     assert "Warning" not in done.stderr and "warn(" not in done.stderr
+
+
+def test_progress_in_a_log_is_a_line_each_tenth_of_the_way(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a terminal (a CI log): no rewriting in place, and a count now and then up to the end."""
+    progress = _Progress()
+    assert not progress.tty
+    for done in range(41):
+        progress.count(WORKLOAD_PROGRESS, done, 40)
+    progress.done()
+    assert capsys.readouterr().err.splitlines() == [f"workload: {n}/40 user actions" for n in range(0, 41, 4)]
 
 
 def test_levers_show_progress_and_their_own_warning_as_the_levers_point() -> None:
@@ -268,6 +282,20 @@ def test_the_report_fits_80_columns() -> None:
     for header in ("calls", "failed", "streamed", "input tok", "output tok", "cache hit"):
         assert header in text  # split in two tables, not cut
     assert any(line.startswith("anthropic  claude-sonnet-4-6") for line in lines), done.stdout
+
+
+def test_the_latency_table_says_ttft_is_of_the_streamed_calls_only(telemetry: Any, sim: Simulator) -> None:
+    """A model called both ways: its TTFT p50 is of the streamed call, its end-to-end p50 of both."""
+    client = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    assert client.chat.completions.create(model="m", messages=messages).choices
+    assert list(client.chat.completions.create(model="m", messages=messages, stream=True))
+    stats = collect(telemetry.spans())
+    ((_, model),) = stats.items()
+    assert (model.calls, model.streamed, len(model.ttft), len(model.e2e)) == (2, 1, 1, 2)
+    text = render(stats, title="t", width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "TTFT and TPOT are of the streamed calls only, end-to-end of all of them" in " ".join(text.split())
 
 
 def test_a_wide_terminal_gets_the_levers_as_one_table() -> None:

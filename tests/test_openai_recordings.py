@@ -7,7 +7,6 @@ firsttoken's own parsing.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +19,9 @@ import firsttoken
 from firsttoken import semconv as sc
 from firsttoken.sim import LatencyModel, Simulator
 
-from .conftest import Telemetry
+from .conftest import Telemetry, recorded_cassettes
 
-RECORDED = Path(os.environ.get("FIRSTTOKEN_RECORDINGS", Path(__file__).resolve().parents[2] / "shared" / "recorded"))
-CASSETTES = sorted((RECORDED / "openai").glob("*.yaml"))
-
-if not CASSETTES:
-    if os.environ.get("CI"):
-        raise RuntimeError(f"no recordings under {RECORDED}: CI must have shared/recorded beside the checkout")
-    pytest.skip(f"no recordings under {RECORDED} (set FIRSTTOKEN_RECORDINGS)", allow_module_level=True)
+CASSETTES = recorded_cassettes("openai")
 
 _ERRORS = {400: openai.BadRequestError, 401: openai.AuthenticationError, 404: openai.NotFoundError,
            429: openai.RateLimitError}  # fmt: skip

@@ -164,10 +164,21 @@ def test_misspelt_variables_name_the_closest_setting() -> None:
         "FIRSTTOKEN_STACK": "required",  # the project's own test variables are nowhere near a setting
         "FIRSTTOKEN_RECORDINGS": "x",
         "OTEL_SERVICE_NAME": "app",
+        # a real setting under a near miss of the prefix
+        "FIRSTOKEN_PHASE_SPANS": "never",
+        "FIRST_TOKEN_TAIL_SHARE": "0.5",
+        "firsttokenchunk_metrics": "1",
+        # far from the prefix, or not a setting after it: an app's own variables
+        "OTEL_SDK_DISABLED": "false",
+        "TOKEN_DISABLED": "1",
+        "FIRST_TOKEN_STACK": "x",
     }
     assert config.misspelt_variables(environ) == [
+        "FIRSTOKEN_PHASE_SPANS is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_PHASE_SPANS?",
         "FIRSTTOKEN_PHASESPANS is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_PHASE_SPANS?",
+        "FIRST_TOKEN_TAIL_SHARE is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_TAIL_SHARE?",
         "firsttoken_tail_shares is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_TAIL_SHARE?",
+        "firsttokenchunk_metrics is not a firsttoken setting and is ignored: did you mean FIRSTTOKEN_CHUNK_METRICS?",
     ]
 
 
@@ -195,6 +206,7 @@ def test_a_bad_env_var_warns_and_the_app_is_measured_with_its_default(
 ) -> None:
     monkeypatch.setenv(config.ENV_PHASE_SPANS, "sometimes")
     monkeypatch.setenv("FIRSTTOKEN_PHASESPANS", "never")
+    monkeypatch.setenv("FIRST_TOKEN_WIRE_PHASES", "false")
     t = Telemetry()
     with pytest.warns(firsttoken.FirstTokenWarning) as caught:
         ok = firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
@@ -206,6 +218,8 @@ def test_a_bad_env_var_warns_and_the_app_is_measured_with_its_default(
             "FIRSTTOKEN_PHASE_SPANS?",
             "firsttoken: FIRSTTOKEN_PHASE_SPANS='sometimes' is not understood: use always, tail or never "
             "(true/false mean always/never); using the default, 'tail'",
+            "firsttoken: FIRST_TOKEN_WIRE_PHASES is not a firsttoken setting and is ignored: did you mean "
+            "FIRSTTOKEN_WIRE_PHASES?",
         ]
         c = openai.OpenAI(base_url=sim.openai_base_url, api_key="k", max_retries=0)
         assert c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}]).choices
@@ -367,6 +381,32 @@ def _run_app(tmp_path: Path, collector: _Collector, prelude: str, command: list[
     done = subprocess.run([*command, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stderr
+
+
+def test_without_a_service_name_the_resource_names_the_script_or_module(tmp_path: Path) -> None:
+    """firsttoken's own set-up: what the process runs, not the SDK's unknown_service:python for every app
+    (in firsttoken view's app column, say); a name the app gives wins."""
+    app = "import firsttoken\nfrom opentelemetry import trace\nfirsttoken.instrument()\n"
+    app += "print(trace.get_tracer_provider().resource.attributes['service.name'])\n"
+    (tmp_path / "chat_app.py").write_text(app)
+    (tmp_path / "myapp").mkdir()
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    (tmp_path / "myapp" / "worker.py").write_text(app)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "FIRSTTOKEN_"))}
+    env |= {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"}
+    runs = {
+        "chat_app": ([sys.executable, "chat_app.py"], env),
+        "myapp.worker": ([sys.executable, "-m", "myapp.worker"], env),
+        "named": ([sys.executable, "chat_app.py"], env | {"OTEL_SERVICE_NAME": "named"}),
+    }
+    started = {
+        want: subprocess.Popen(argv, cwd=tmp_path, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for want, (argv, e) in runs.items()
+    }
+    for want, process in started.items():
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        assert out.strip() == want, (out, err)
 
 
 def _exported_call_span(collector: _Collector) -> Any:

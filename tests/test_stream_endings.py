@@ -124,7 +124,8 @@ def test_connection_dropped_mid_stream(telemetry: Telemetry, slow_sim: Any) -> N
         for _ in _create(_client(slow_sim)):
             received += 1
     assert received == 3
-    _ended(telemetry, sc.END_ERROR, error=DROPPED.__qualname__)
+    span = _ended(telemetry, sc.END_ERROR, error=DROPPED.__qualname__)
+    assert span.status.description == DROPPED.__qualname__  # no API's words: the exception's text is the app's
 
 
 def test_error_event_mid_stream(telemetry: Telemetry, slow_sim: Any) -> None:
@@ -132,7 +133,8 @@ def test_error_event_mid_stream(telemetry: Telemetry, slow_sim: Any) -> None:
     with pytest.raises(openai.APIError) as caught:
         for _ in _create(_client(slow_sim)):
             pass
-    _ended(telemetry, sc.END_ERROR, error=type(caught.value).__qualname__)
+    span = _ended(telemetry, sc.END_ERROR, error=type(caught.value).__qualname__)
+    assert span.status.description == caught.value.body["message"], "the API's words, not the class again"
 
 
 async def test_async_exhausted_and_closed(telemetry: Telemetry, slow_sim: Any) -> None:
@@ -208,9 +210,11 @@ async def test_async_dropped_stream_is_abandoned(telemetry: Telemetry, slow_sim:
 
 def test_error_status_before_stream(telemetry: Telemetry, sim: Any) -> None:
     sim.inject(Fault.server_error())
-    with pytest.raises(openai.InternalServerError):
+    with pytest.raises(openai.InternalServerError) as caught:
         _create(_client(sim))
     span = _ended(telemetry, sc.END_ERROR, error="InternalServerError")
+    assert isinstance(caught.value.body, dict) and caught.value.body["message"]
+    assert span.status.description == caught.value.body["message"], "the API's words, not the class again"
     assert span.attributes[sc.HTTP_RESPONSE_STATUS_CODE] == 500
     point = telemetry.metrics()[sc.M_OPERATION_DURATION][0]
     assert point.attributes[sc.ERROR_TYPE] == "InternalServerError"

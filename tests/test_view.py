@@ -56,8 +56,8 @@ with Simulator(seed=3, models={"slow-model": slow}) as sim:
     an.messages.create(model="claude-sonnet-4-6", max_tokens=40, messages=[{"role": "user", "content": "hi"}])
     for _ in range(3):
         oa.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
-    try:  # a fast 503: never among the slowest calls
-        oa.with_options(max_retries=0).chat.completions.create(
+    try:  # a 503 on both attempts: never among the slowest calls
+        oa.with_options(max_retries=1).chat.completions.create(
             model="gpt-4.1", messages=[{"role": "user", "content": "hi"}],
             extra_headers={"x-firsttoken-sim-fault": "overloaded"},
         )
@@ -145,7 +145,7 @@ def test_the_stored_calls_are_the_calls_the_app_saw(fed: tuple[Viewer, list[dict
     assert [
         (e["span_id"], e["provider"], e["model"], e["error_type"], e["status"], e["message"], e["service"])
         for e in overview["errors"]
-    ] == [(failed["span_id"], "openai", "gpt-4.1", "InternalServerError", 503, "InternalServerError", "view-test-app")]
+    ] == [(failed["span_id"], "openai", "gpt-4.1", "InternalServerError", 503, "Overloaded", "view-test-app")]
 
 
 def test_a_call_has_its_phases_and_the_action_around_it(fed: tuple[Viewer, list[dict[str, Any]]]) -> None:
@@ -274,7 +274,8 @@ def test_a_click_on_a_slow_call_opens_its_waterfall(fed: tuple[Viewer, list[dict
 def test_a_failed_call_is_listed_and_opens_like_the_slowest(
     fed: tuple[Viewer, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
-    """A fast 503 never ranks among the slowest calls: the failed calls' list is the way to it."""
+    """A failed call never ranks among the slowest calls: the failed calls' list is the way to it. Its two
+    attempts draw each phase twice, the legend names each once."""
     v, seen = fed
     failed = next(c for c in seen if c["model"] == "gpt-4.1")
     chrome = Browser(tmp_path / "profile")
@@ -289,7 +290,14 @@ def test_a_failed_call_is_listed_and_opens_like_the_slowest(
         assert "chat gpt-4.1" in chrome.evaluate("document.getElementById('detail-title').textContent")
         attrs = chrome.evaluate("document.getElementById('attrs').textContent")
         assert "error.typeInternalServerError" in attrs and "http.response.status_code503" in attrs
-        assert chrome.wait_for("document.getElementById('waterfall').dataset.phases")  # its waterfall too
+        assert "firsttoken.attempts2" in attrs
+        drawn = json.loads(chrome.wait_for("document.getElementById('waterfall').dataset.phases"))  # its waterfall
+        legend = chrome.evaluate(
+            "[...document.querySelectorAll('#waterfall .legend .legendtext')].map(t => t.textContent)"
+        )
+        phases = [phase for phase, _ in drawn]
+        assert phases.count("server_wait") == 2, phases  # each attempt drawn...
+        assert sorted(legend) == sorted(set(phases)), legend  # ...and each phase once in the legend
     finally:
         chrome.close()
 
@@ -432,6 +440,11 @@ class Command:
         first = self.process.stdout.readline()
         found = re.search(r"receiving OTLP/HTTP on (http://127\.0\.0\.1:(\d+))", first)
         assert found and found.group(2) != "0", first + self.stderr_path.read_text()
+        said = [first]
+        while not said[-1].rstrip().endswith("Ctrl-C stops"):
+            said.append(self.process.stdout.readline())
+            assert said[-1], said
+        assert max(len(line.rstrip("\n")) for line in said) <= 80, said  # the start-up fits an 80-column terminal
         self.url = found.group(1)
         self.viewer = Viewer.__new__(Viewer)
         self.viewer.url = self.url

@@ -9,6 +9,9 @@ name and resource by ``Resource.create()``. What firsttoken adds:
   or a comma list of them, as the specification allows;
 - a ``service.instance.id`` (a UUID per process, as the OTel resource detectors make) when the app's
   resource and environment set none, so that replicas of one service stay apart;
+- a ``service.name`` from what the process runs (``chat_app`` for ``python chat_app.py``, ``myapp.worker``
+  for ``python -m myapp.worker``) when nothing names the service, rather than the SDK's
+  ``unknown_service:python``, the same for every app;
 - a metric export every 15 s unless ``OTEL_METRIC_EXPORT_INTERVAL`` says otherwise;
 - short exporter timeouts (3 s unless ``OTEL_EXPORTER_OTLP[_TRACES|_METRICS]_TIMEOUT``, in seconds, is set) and
   a flush at exit bounded by ``FIRSTTOKEN_SHUTDOWN_TIMEOUT`` (2000 ms), so that a process whose
@@ -22,6 +25,7 @@ import atexit
 import logging
 import os
 import re
+import sys
 import threading
 import time
 import uuid
@@ -29,6 +33,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -64,6 +69,7 @@ QUIET_S = 600.0
 _PROTOCOLS = ("http/protobuf", "grpc")
 _EXPORTERS = ("otlp", "console", "none")
 _SERVICE_INSTANCE_ID = "service.instance.id"
+_SERVICE_NAME = "service.name"
 
 
 def globals_unset() -> bool:
@@ -630,6 +636,19 @@ def _instance_id() -> str:
     return _instance[1]
 
 
+def _script_name() -> str | None:
+    """What this process runs: the module of ``python -m pkg.mod`` (``pkg`` for ``python -m pkg``), else
+    the script's or command's file name without ``.py``; ``None`` for ``python -c`` or a prompt."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    module = getattr(spec, "name", None)
+    if isinstance(module, str) and module and module != "__main__":
+        return module.removesuffix(".__main__")
+    script = sys.argv[0] if sys.argv else ""
+    if script in ("", "-c", "-"):
+        return None
+    return Path(script).name.removesuffix(".py") or None
+
+
 def providers(
     environ: Mapping[str, str] | None = None,
     *,
@@ -672,6 +691,10 @@ def providers(
     tally = ExportTally()
 
     resource = Resource.create(dict(resource_attributes or {}))
+    if str(resource.attributes.get(_SERVICE_NAME, "")).startswith("unknown_service"):  # the SDK's default
+        script = _script_name()
+        if script is not None:
+            resource = resource.merge(Resource({_SERVICE_NAME: script}))
     if not resource.attributes.get(_SERVICE_INSTANCE_ID):  # older SDKs add none of their own (1.45 does)
         resource = resource.merge(Resource({_SERVICE_INSTANCE_ID: _instance_id()}))
 

@@ -125,18 +125,39 @@ def _closest(name: str, names: Collection[str]) -> str:
     return f" (did you mean {found[0]}?)" if found else ""
 
 
+_PREFIX = "FIRSTTOKEN_"
+
+
+def _under_a_misspelt_prefix(upper: str) -> str | None:
+    """The setting an upper-cased variable name is, under a near miss of the ``FIRSTTOKEN_`` prefix
+    (``FIRSTOKEN_``, ``FIRST_TOKEN_``, ``FIRSTTOKEN``), or ``None``."""
+    for setting in ENV_SETTINGS:
+        rest = setting[len(_PREFIX) :]
+        if upper.endswith(rest):
+            head = upper[: -len(rest)]
+            if head and difflib.SequenceMatcher(None, head, _PREFIX).ratio() >= 0.8:
+                return setting
+    return None
+
+
 def misspelt_variables(environ: Mapping[str, str]) -> list[str]:
-    """One message per ``FIRSTTOKEN_*`` variable that is close to a real setting's name but is not
-    one (``FIRSTTOKEN_PHASESPANS``): it would be silently ignored. Names far from every setting
-    (the project's own test and build variables, an app's) are left alone."""
+    """One message per variable that is close to a real setting's name but is not one: a near miss of
+    a setting after the prefix (``FIRSTTOKEN_PHASESPANS``), or a setting after a near miss of the prefix
+    (``FIRST_TOKEN_PHASE_SPANS``): it would be silently ignored. Names far from every setting (the
+    project's own test and build variables, an app's) are left alone. A few string comparisons per
+    variable, once per ``instrument()``."""
     messages = []
     for name in sorted(environ):
-        upper = name.upper()
-        if not upper.startswith("FIRSTTOKEN_") or name in ENV_SETTINGS:
+        if name in ENV_SETTINGS:
             continue
-        found = difflib.get_close_matches(upper, ENV_SETTINGS, n=1, cutoff=0.8)
-        if found:
-            messages.append(f"{name} is not a firsttoken setting and is ignored: did you mean {found[0]}?")
+        upper = name.upper()
+        if upper.startswith(_PREFIX):
+            found = difflib.get_close_matches(upper, ENV_SETTINGS, n=1, cutoff=0.8)
+            meant = found[0] if found else None
+        else:
+            meant = _under_a_misspelt_prefix(upper)
+        if meant is not None:
+            messages.append(f"{name} is not a firsttoken setting and is ignored: did you mean {meant}?")
     return messages
 
 

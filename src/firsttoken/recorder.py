@@ -390,7 +390,7 @@ class Recorder:
             attrs.update(self._content(tl.capture))
         if tl.error_type:
             attrs[sc.ERROR_TYPE] = tl.error_type
-            span.set_status(Status(StatusCode.ERROR, tl.error_type))
+            span.set_status(Status(StatusCode.ERROR, tl.error_message or tl.error_type))
         span.set_attributes(attrs)
         if len(tl.attempt_log) > 1:  # retries: each attempt's outcome, when it came back
             for number, (at_ns, status) in enumerate(tl.attempt_log, start=1):

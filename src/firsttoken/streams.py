@@ -51,6 +51,21 @@ def error_type_of(exc: BaseException) -> str:
     return type(exc).__qualname__
 
 
+ERROR_MESSAGE_MAX = 500
+"""Characters kept of a failure's message (the span's status description)."""
+
+
+def error_message_of(exc: BaseException) -> str | None:
+    """The failure in the API's own words: the ``message`` of the error body an SDK's exception carries
+    (openai's ``body`` is the error object, anthropic's holds it under ``error``), at most
+    :data:`ERROR_MESSAGE_MAX` characters. ``None`` for any other exception: its text may hold what the
+    app put in it, or a URL with a key."""
+    body = getattr(exc, "body", None)
+    error = body.get("error", body) if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return message[:ERROR_MESSAGE_MAX] if isinstance(message, str) and message else None
+
+
 # One ``error.type`` vocabulary on every path (docs/semantics.md): the class name of the exception the
 # official SDKs raise for the failure, whether or not an SDK carried the call. A call read on the wire
 # gets the name the openai SDK (whose classes anthropic's mirror) would have raised for its status.
@@ -79,7 +94,7 @@ def end_on_exception(tl: Timeline, exc: BaseException, end_ns: int | None = None
     if is_cancellation(exc):
         tl.finish(sc.END_CANCELLED, end_ns)
     else:
-        tl.finish(sc.END_ERROR, end_ns, error_type_of(exc))
+        tl.finish(sc.END_ERROR, end_ns, error_type_of(exc), error_message_of(exc))
 
 
 def observe_sync(items: Iterator[T], tl: Timeline, observe: Observer) -> Iterator[T]:

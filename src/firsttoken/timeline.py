@@ -66,6 +66,7 @@ class Timeline:
         "end_reason",
         "ended",
         "endpoint",
+        "error_message",
         "error_type",
         "extra",
         "finish_reasons",
@@ -187,6 +188,8 @@ class Timeline:
         self.action: Any = None
         """The ``firsttoken.action`` the call was made in (a ``context.ActionState``), if any."""
         self.error_type: str | None = None
+        self.error_message: str | None = None
+        """The failure in the API's own words (the span's status description), when an exception said it."""
         self.end_reason: str | None = None
         self.on_close: Callable[[Timeline, Any, int], None] | None = None
         """Set once the app holds the response: what to do when the transport sees it close."""
@@ -257,7 +260,9 @@ class Timeline:
 
     # -- the end ---------------------------------------------------------------------------
 
-    def finish(self, reason: str, end_ns: int | None = None, error_type: str | None = None) -> bool:
+    def finish(
+        self, reason: str, end_ns: int | None = None, error_type: str | None = None, error_message: str | None = None
+    ) -> bool:
         """End the call once; later calls are no-ops. Returns whether this call ended it."""
         with _FINISH_LOCK:
             if self.ended:
@@ -267,6 +272,7 @@ class Timeline:
         self.end_reason = reason
         if error_type is not None:
             self.error_type = error_type
+            self.error_message = error_message
         self.on_finish(self)
         return True
 

@@ -16,13 +16,12 @@ import yaml
 
 from firsttoken.sim import LatencyModel, Simulator
 
-RECORDED = Path("/work/shared/recorded")
-OPENAI = sorted((RECORDED / "openai").glob("*.yaml"))
-ANTHROPIC = sorted((RECORDED / "anthropic").glob("*.yaml"))
+from ..conftest import RECORDED, recorded_cassettes
+
+OPENAI = recorded_cassettes("openai")
+ANTHROPIC = recorded_cassettes("anthropic")
 QUICK = LatencyModel.fixed(queue_ms=1, decode_tokens_per_s=2000)
 OPENAI_ERRORS: dict[int, type[Exception]] = {404: openai.NotFoundError}
-
-pytestmark = pytest.mark.skipif(not RECORDED.is_dir(), reason="recordings not available")
 
 
 def _requests(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:

@@ -107,6 +107,13 @@ class Stop:
 
     def __init__(self) -> None:
         self.signal: str | None = None
+        self.cancelled = 0
+        """Requests in flight when it came, cancelled and not kept."""
+
+    def said(self) -> str:
+        """``interrupted by SIGINT``, and what that cancelled."""
+        cancelled = f", {self.cancelled} in flight cancelled (not kept)" if self.cancelled else ""
+        return f"interrupted by {self.signal}{cancelled}"
 
     @property
     def status(self) -> int:
@@ -520,10 +527,8 @@ def _main(args: argparse.Namespace) -> int:
             shutdown()  # a last export of the metrics
     samples = list(box[0].samples) if box else []
     if stop.signal is not None:
-        cancelled = box[0].cancelled if box else 0
-        fatal = f"interrupted by {stop.signal}: {len(samples)} requests finished" + (
-            f", {cancelled} in flight cancelled (not kept)" if cancelled else ""
-        )
+        stop.cancelled = box[0].cancelled if box else 0
+        fatal = f"{stop.said()}; finished: {_counted(samples)}"
     cpu_s, wall_s = time.process_time() - clock[0], time.perf_counter() - clock[1]
     client = {"cpu_s": cpu_s, "wall_s": wall_s, "busy_share": cpu_s / wall_s if wall_s > 0 else None}
     return _report(args, targets, lanes, race, samples, fatal, started_wall, concurrency, client, stop, paths)
@@ -598,6 +603,12 @@ async def _run(
     return str(runner.fatal) if runner.fatal is not None else None
 
 
+def _counted(samples: list[Sample]) -> str:
+    """The one count of a run's finished requests, as the report and an interrupted run's error give it."""
+    warm = sum(1 for s in samples if s.warmup)
+    return f"{len(samples) - warm} measured requests ({warm} warm-up)"
+
+
 def _report(
     args: argparse.Namespace,
     targets: dict[str, Target],
@@ -619,8 +630,7 @@ def _report(
     width = terminal_width()
     blocks = [
         *wrap(
-            f"firsttoken bench: {sum(1 for s in samples if not s.warmup)} measured requests "
-            f"({sum(1 for s in samples if s.warmup)} warm-up), {load}, "
+            f"firsttoken bench: {_counted(samples)}, {load}, "
             f"{'streamed' if args.stream else 'not streamed'}, max_tokens {args.max_tokens}",
             width,
         ),
@@ -690,11 +700,11 @@ def _report(
         print("wrote " + ", ".join(written))
     if stop.signal is not None:
         where = (
-            "they are in " + ", ".join(written)
+            "what finished is in " + ", ".join(written)
             if written
-            else "no output file was asked for (--out PREFIX, --json, --csv or --html keep them)"
+            else "no output file was asked for (--out PREFIX, --json, --csv or --html keep what finished)"
         )
-        print(f"firsttoken bench: {fatal}; {where}", file=sys.stderr)
+        print(f"firsttoken bench: {stop.said()}; {where}", file=sys.stderr)  # the count is the report's first line
         return stop.status
     if fatal is not None:
         print(f"firsttoken bench: error: {fatal}", file=sys.stderr)

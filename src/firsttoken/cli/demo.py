@@ -107,6 +107,9 @@ WARM_UP_NOTE = (
 )
 
 
+WORKLOAD_PROGRESS = "workload: {done}/{total} user actions"
+
+
 class UsageError(Exception):
     """A flag that cannot work: one line, exit 2, before anything is measured."""
 
@@ -668,11 +671,22 @@ class _Telemetry:
 
 class _Progress:
     """One status line on stderr while the demo works: rewritten in place on a terminal, else a
-    line at each step so that logs show where the time goes."""
+    line at each step (and a count each tenth of the way) so that logs show where the time goes."""
 
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
         self._last = ""
+        self._tenths = -1
+        self._lock = threading.Lock()
+
+    def count(self, template: str, done: int, total: int) -> None:
+        """``template`` with its ``{done}`` and ``{total}``, from any thread: on a terminal every time,
+        else the first time each tenth of ``total`` is reached (so the end too)."""
+        with self._lock:
+            tenths = done * 10 // total if total else 10
+            step = tenths > self._tenths
+            self._tenths = max(tenths, self._tenths)
+            self.show(template.format(done=done, total=total), step=step)
 
     def show(self, text: str, *, step: bool = False) -> None:
         if self.tty:
@@ -687,6 +701,7 @@ class _Progress:
             sys.stderr.write("\r\x1b[2K")
             sys.stderr.flush()
         self._last = ""
+        self._tenths = -1
 
 
 def _firsttoken_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
@@ -772,10 +787,9 @@ def main(argv: list[str] | None = None) -> int:
             def run_one(_: int) -> None:
                 assert workload is not None
                 workload.run()
-                done = workload.outcomes.done
-                progress.show(f"workload: {done}/{args.actions} user actions", step=done == 1)
+                progress.count(WORKLOAD_PROGRESS, workload.outcomes.done, args.actions)
 
-            progress.show(f"workload: 0/{args.actions} user actions", step=True)
+            progress.count(WORKLOAD_PROGRESS, 0, args.actions)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", FirstTokenWarning)
                 with ThreadPoolExecutor(max_workers=args.concurrency) as pool:

@@ -212,7 +212,12 @@ def render(stats: dict[tuple[str, str], ModelStats], *, title: str, width: int =
         values = [_ms(percentile(v, q)) for v in (s.ttft, s.tpot, s.e2e) for q in (50, 95, 99)]
         latency.append((f"{model}{mark}", *values))
     lines = [*wrap(title, width), "", *fitted(counts, width, left=2), ""]
-    lines += wrap("Latency in ms of the calls that succeeded (failed calls are counted above, not timed here):", width)
+    lines += wrap(
+        "Latency in ms of the calls that succeeded (failed calls are counted above, not timed here). "
+        "TTFT and TPOT are of the streamed calls only, end-to-end of all of them: where a model was "
+        "called both ways, its TTFT can be above its end-to-end.",
+        width,
+    )
     lines += [
         "",
         *table(latency, groups=(("", 1), ("TTFT", 3), ("TPOT", 3), ("end-to-end", 3))),

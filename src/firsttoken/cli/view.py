@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import sys
 
+from .report import terminal_width, wrap
 from .usage import OneLineParser
+
+STARTUP_WIDTH = 80
+"""The start-up lines fit this many columns (or the terminal, when narrower)."""
 
 
 def _positive(kind: type, what: str, zero: bool = False):  # type: ignore[no-untyped-def]
@@ -78,12 +82,13 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # a database that cannot be opened, say
         print(f"firsttoken view: error: {exc}", file=sys.stderr)
         return 1
-    print(
+    width = min(terminal_width(), STARTUP_WIDTH)
+    said = [
         f"firsttoken view: receiving OTLP/HTTP on {server.url} (an app with firsttoken's default set-up sends "
-        f"here; else set OTEL_EXPORTER_OTLP_ENDPOINT={server.url})\n"
+        f"here; else set OTEL_EXPORTER_OTLP_ENDPOINT={server.url})",
         f"firsttoken view: the page is at {server.url}/ ; calls are kept in {server.store.path}; Ctrl-C stops",
-        flush=True,
-    )
+    ]
+    print("\n".join(line for text in said for line in wrap(text, width, subsequent="  ")), flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:

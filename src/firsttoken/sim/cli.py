@@ -7,6 +7,7 @@ import math
 import sys
 import threading
 from collections.abc import Callable
+from typing import NoReturn
 
 from ._cache import CacheConfig
 from ._latency import LatencyModel
@@ -16,6 +17,15 @@ from ._timing import PROVIDER_STYLES
 __all__ = ["build_parser", "main"]
 
 _DEFAULTS = LatencyModel()
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors in one line, as the other commands give them (cli.usage.OneLineParser; the simulator stands
+    alone, so it does not import it): the usage block is what ``--help`` is for."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = f" (see {self.prog} --help)" if message.startswith("unrecognized arguments") else ""
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n")
 
 
 def _number(*, minimum: float, strict: bool = False) -> Callable[[str], float]:
@@ -46,7 +56,7 @@ def _integer(*, minimum: int, maximum: int | None = None) -> Callable[[str], int
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="firsttoken sim",
         description="Serve the OpenAI and Anthropic APIs with a controllable latency model.",
     )

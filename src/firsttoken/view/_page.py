@@ -179,8 +179,10 @@ async function show(spanId) {
   $("detail").hidden = false;
   $("detail-title").textContent = `${call.name}: ${ms(call.e2e)} ms end-to-end` +
     (call.ttft !== null ? `, TTFT ${ms(call.ttft)} ms` : "") + ` (${call.service})`;
+  const named = new Set();  // a phase met again (each attempt of a retried call has its own) is one legend entry
   const traces = call.phases.map((p) => ({type: "bar", orientation: "h", name: p.phase, y: ["call"],
     x: [p.duration_s * 1000], base: [p.start_s * 1000], marker: {color: p.colour},
+    legendgroup: p.phase, showlegend: !named.has(p.phase) && named.add(p.phase) !== undefined,
     hovertemplate: `${p.phase}: %{x:.1f} ms from %{base:.1f} ms<extra></extra>`}));
   Plotly.react("waterfall", traces, {barmode: "overlay", margin: {t: 10, b: 90},
     xaxis: {title: {text: "ms since the call started"}},
