@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The SDK-facing tests against the OLDEST SDKs firsttoken declares it supports: openai and anthropic
-# (patched), and google-genai, cohere, mistralai and groq (measured on the wire, not patched).
+# (patched), and google-genai, cohere, mistralai and groq (measured on the wire, not patched); and
+# tests/test_coexist.py's openai-v2 case, which needs the util-genai 0.x the main venv cannot hold.
 #
 # Usage: scripts/compat.sh [pytest args...]
 #
@@ -48,7 +49,14 @@ PINS=(
     "cohere==$COHERE_VERSION"
     "mistralai==$MISTRALAI_VERSION"
     "groq==$GROQ_VERSION"
+    # openai-v2, the official openai instrumentation before opentelemetry-instrumentation-genai-openai,
+    # still noticed by firsttoken: it needs util-genai 0.x, the dev extra's official ones 1.x, so it is
+    # tested here, with them taken out (tests/test_coexist.py).
+    "opentelemetry-instrumentation-openai-v2==2.4b0"
+    "opentelemetry-util-genai==0.4b0"
 )
+# The dev extra's packages that need what PINS replaces.
+UNPINNED=(opentelemetry-instrumentation-genai-openai opentelemetry-instrumentation-genai-anthropic)
 TESTS=(
     tests/test_openai_apis.py
     tests/test_stream_endings.py
@@ -61,6 +69,7 @@ TESTS=(
     tests/test_gemini.py
     tests/test_more_sdks.py
     tests/test_sdk_recordings.py
+    tests/test_coexist.py::test_openai_v2_is_noticed_once_whether_active_before_or_after
 )
 
 export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
@@ -77,6 +86,7 @@ if [ "${FIRSTTOKEN_COMPAT_REINSTALL:-0}" = 1 ] || ! venv_is_set_up "$stamp"; the
     "$PY" -m pip install --quiet --upgrade pip
     "$PY" -m pip install --quiet -e '.[dev]'
     echo "==> pinning ${PINS[*]}"
+    "$PY" -m pip uninstall --quiet --yes "${UNPINNED[@]}"
     "$PY" -m pip install --quiet "${PINS[@]}"
     "$PY" -m pip check
     venv_set_up "$stamp"

@@ -328,8 +328,8 @@ def test_uvicorn_under_opentelemetry_instrument(sim: Simulator, tmp_path: Path) 
             "warning",
         ],
         "opentelemetry-instrument uvicorn",
-        # The dev venv also holds openai-v2 and OpenLLMetry (tests/test_coexist.py): off, as in an app
-        # that runs firsttoken alone.
+        # The dev venv also holds genai-openai, genai-anthropic and OpenLLMetry (tests/test_coexist.py):
+        # off, as in an app that runs firsttoken alone.
         OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="openai,anthropic",
     )
 

@@ -32,7 +32,7 @@ def sim() -> Iterator[Simulator]:
 
 
 OTHER_GENAI_INSTRUMENTATIONS = "openai,anthropic"
-"""The entry-point names of openai-v2's and OpenLLMetry's instrumentors (firsttoken's is ``firsttoken``)."""
+"""The entry-point names of the official instrumentors' and OpenLLMetry's (firsttoken's is ``firsttoken``)."""
 
 
 def run_example(sim: Simulator, name: str, *, zero_code: bool = False) -> tuple[str, list[dict[str, Any]]]:
@@ -50,7 +50,7 @@ def run_example(sim: Simulator, name: str, *, zero_code: bool = False) -> tuple[
     command = [sys.executable, str(EXAMPLES / name)]
     if zero_code:
         command = [str(Path(sys.executable).with_name("opentelemetry-instrument")), *command]
-        # The dev venv also holds openai-v2 and OpenLLMetry (for tests/test_coexist.py); an app that
+        # The dev venv also holds genai-openai, genai-anthropic and OpenLLMetry (tests/test_coexist.py); an app that
         # runs firsttoken alone has neither, so they stay off here.
         env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = OTHER_GENAI_INSTRUMENTATIONS
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)

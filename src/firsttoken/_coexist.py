@@ -1,6 +1,7 @@
 """Other GenAI instrumentations of the same SDK calls: said once each, in one line (docs/coexistence.md).
 
-openai-v2 and OpenLLMetry record ``gen_ai.client.*`` metrics under the same names as firsttoken and a
+The official OpenTelemetry instrumentations (genai-openai and genai-anthropic, and openai-v2 before
+them) and OpenLLMetry record ``gen_ai.client.*`` metrics under the same names as firsttoken and a
 span of their own for each call. Each is noticed when its instrumentor has already run when
 firsttoken installs, or when it runs later (its ``_instrument`` is wrapped), and said once per
 process, naming the others of the same SDK noticed before it (three or more sources are no rarer
@@ -28,6 +29,16 @@ _ALSO_INSTRUMENTED = (
 )
 
 INSTRUMENTORS: dict[str, tuple[str, str, str]] = {
+    "opentelemetry.instrumentation.genai.openai": (
+        "OpenAIInstrumentor",
+        "opentelemetry-instrumentation-genai-openai",
+        "openai",
+    ),
+    "opentelemetry.instrumentation.genai.anthropic": (
+        "AnthropicInstrumentor",
+        "opentelemetry-instrumentation-genai-anthropic",
+        "anthropic",
+    ),
     "opentelemetry.instrumentation.openai_v2": (
         "OpenAIInstrumentor",
         "opentelemetry-instrumentation-openai-v2",

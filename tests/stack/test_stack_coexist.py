@@ -1,6 +1,6 @@
 """Beside another GenAI instrumentation, in the real Collector and the real Prometheus.
 
-One process runs firsttoken and opentelemetry-instrumentation-openai-v2 (then OpenLLMetry's openai
+One process runs firsttoken and opentelemetry-instrumentation-genai-openai (then OpenLLMetry's openai
 instrumentation) on the same openai calls against the simulator, and exports its metrics once, over
 OTLP/HTTP, to the shipped Collector config, which pushes them to Prometheus' OTLP receiver (the
 shipped prometheus.yml: its translation strategy, its promoted attributes). The test reads which
@@ -60,8 +60,8 @@ CHILD = textwrap.dedent(
     metrics.set_meter_provider(meters)
     trace.set_tracer_provider(TracerProvider())
     firsttoken.instrument()
-    if other == "openai-v2":
-        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+    if other == "genai-openai":
+        from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
 
         OpenAIInstrumentor().instrument()
     elif other == "openllmetry":
@@ -78,9 +78,12 @@ CHILD = textwrap.dedent(
     """
 )
 
-OTHERS = {"openai-v2": "opentelemetry.instrumentation.openai_v2", "openllmetry": "opentelemetry.instrumentation.openai"}
+OTHERS = {
+    "genai-openai": "opentelemetry.instrumentation.genai.openai",
+    "openllmetry": "opentelemetry.instrumentation.openai",
+}
 SCOPES = {
-    "openai-v2": "opentelemetry.instrumentation.openai_v2",
+    "genai-openai": "opentelemetry.instrumentation.genai.openai",
     "openllmetry": "opentelemetry.instrumentation.openai.v1",
 }
 """The instrumentation scope each records its metrics under (its meter's name)."""

@@ -1,7 +1,7 @@
-"""Every dashboard query and rule, beside openai-v2 and OpenLLMetry, in the real Collector and Prometheus.
+"""Every dashboard query and rule, beside the official ones and OpenLLMetry, in the real Collector and Prometheus.
 
-``firsttoken demo --continuous`` runs with opentelemetry-instrumentation-openai-v2 and OpenLLMetry's
-openai and anthropic instrumentations active on the same SDK calls, all recording into the demo's
+``firsttoken demo --continuous`` runs with opentelemetry-instrumentation-genai-openai and -anthropic
+and OpenLLMetry's openai and anthropic instrumentations active on the same SDK calls, all recording into the demo's
 providers (as in an app that has them beside firsttoken). Its OTLP export goes to a relay that
 hands every metric request to two stacks, each the shipped Collector config and the real
 Prometheus with the shipped prometheus.yml:
@@ -66,14 +66,15 @@ from firsttoken import semconv as sc
 metrics_service = pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
 trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 OTHER_MODULES = (
-    "opentelemetry.instrumentation.openai_v2",
+    "opentelemetry.instrumentation.genai.openai",
+    "opentelemetry.instrumentation.genai.anthropic",
     "opentelemetry.instrumentation.openai",
     "opentelemetry.instrumentation.anthropic",
 )
 
 
 def need_others() -> None:
-    """The dev extra installs openai-v2 and OpenLLMetry: without them this skips, or fails where the
+    """The dev extra installs the official ones and OpenLLMetry: without them this skips, or fails where the
     stack is required (FIRSTTOKEN_STACK=required, as scripts/test.sh and CI set it)."""
     missing = [m for m in OTHER_MODULES if importlib.util.find_spec(m) is None]
     if missing:
@@ -87,7 +88,8 @@ RUN_S = float(os.environ.get("FIRSTTOKEN_COEXIST_RUN_S", "60"))
 """How long the demo runs (seconds)."""
 SCOPE = f'otel_scope_name="{sc.SCOPE_NAME}"'
 OTHERS = {
-    "opentelemetry.instrumentation.openai_v2",
+    "opentelemetry.instrumentation.genai.openai",
+    "opentelemetry.instrumentation.genai.anthropic",
     "opentelemetry.instrumentation.openai.v1",
     "opentelemetry.instrumentation.anthropic",
 }
@@ -101,8 +103,9 @@ DEMO = textwrap.dedent(
 
     from opentelemetry import metrics, trace
     from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor
+    from opentelemetry.instrumentation.genai.anthropic import AnthropicInstrumentor as GenAIAnthropic
+    from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor as GenAIOpenAI
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor as OpenLLMetryOpenAI
-    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor as OpenAIV2
 
     import firsttoken
     from firsttoken.cli import main
@@ -112,7 +115,7 @@ DEMO = textwrap.dedent(
     def beside(*, tracer_provider, meter_provider, **kwargs):
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
-        for other in (OpenAIV2(), OpenLLMetryOpenAI(), AnthropicInstrumentor()):
+        for other in (GenAIOpenAI(), GenAIAnthropic(), OpenLLMetryOpenAI(), AnthropicInstrumentor()):
             other.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
         return instrument(tracer_provider=tracer_provider, meter_provider=meter_provider, **kwargs)
 
@@ -396,8 +399,9 @@ def test_the_other_instrumentations_counted_the_same_calls(run: Run) -> None:
     )
     assert own > 50, by_scope
     assert set(by_scope) <= OTHERS and by_scope, by_scope
-    # Each of them recorded calls firsttoken recorded (openai-v2 the chat completions, OpenLLMetry
-    # some openai calls and the anthropic ones): together about as many again.
+    # Each of them recorded calls firsttoken recorded (genai-openai the chat completions and responses,
+    # genai-anthropic the messages, OpenLLMetry some openai calls and the anthropic ones): together
+    # about as many again.
     assert set(by_scope) == OTHERS and min(by_scope.values()) > 0, by_scope
     assert sum(by_scope.values()) >= own / 2, (own, by_scope)
     # In the alone stack there is only firsttoken's scope.
@@ -432,8 +436,8 @@ def test_every_query_gives_the_same_values_beside_other_instrumentations(run: Ru
                 before_29.append(where)
     assert not differ, f"{len(differ)} of {2 * len(queries)} differ:\n" + "\n".join(differ[:20])
     print(
-        f"{len(queries)} queries at two instants: {with_data} answers with data, all equal beside openai-v2 and "
-        f"OpenLLMetry; without the scope matcher {len(before_29)} would differ"
+        f"{len(queries)} queries at two instants: {with_data} answers with data, all equal beside genai-openai, "
+        f"genai-anthropic and OpenLLMetry; without the scope matcher {len(before_29)} would differ"
     )
     assert with_data > len(queries), "most queries should have data at one of the two instants"
     # The test can fail: without the scope matcher, the queries of the standard names differ.

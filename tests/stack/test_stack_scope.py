@@ -8,7 +8,7 @@ and every selector of a ``gen_ai_*`` or ``firsttoken_*`` series in the dashboard
 variables, the recording rules, the alerts and their annotations must say
 ``otel_scope_name="firsttoken"``. The selectors are read by stack_tools.selectors, which the last
 test holds to the real Prometheus parser on every one of those expressions.
-test_stack_coexist_queries.py shows the values are then the same beside openai-v2 and OpenLLMetry.
+test_stack_coexist_queries.py shows the values are then the same beside the official ones and OpenLLMetry.
 """
 
 from __future__ import annotations
