@@ -239,6 +239,11 @@ def install(
             for name, action in _HOOKS:
                 installation.when_imported(name, action)
             _settle_gc()
+            from . import _otlp
+
+            own = _otlp.own_export()
+            if own is not None and own.deferred:
+                own.prepare(then=_settle_gc)  # their imports' objects long-lived too (see _settle_gc)
             return True
         except ConfigError as exc:  # what cannot fall back to a default
             warn(f"{exc}; the app runs uninstrumented")
