@@ -21,7 +21,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
-import importlib.util
 import logging
 import os
 import re
@@ -499,6 +498,8 @@ class Deferred:
     """
 
     def __init__(self, protocol: str, signal: str, tally: ExportTally, kwargs: Mapping[str, Any]) -> None:
+        import importlib.util
+
         module, name = _OTLP_MODULES[protocol, signal]
         if importlib.util.find_spec(module.rsplit(".", 1)[0]) is None:  # missing: said now, as importing it would
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)
