@@ -13,6 +13,8 @@ a busy machine inflates less). Stages:
 * ``instrument()`` with export off (``OTEL_TRACES_EXPORTER=none``, ``OTEL_METRICS_EXPORTER=none``): the
   SDK providers without exporters
 * ``instrument()`` after the app imported openai and anthropic: the patching of both SDKs included
+* the first streamed openai call right after ``instrument()`` (OTLP from ``OTEL_*``; the simulator
+  in-process), and the second: what the OTLP exporters, made on a background thread meanwhile, cost it
 * ``import openai`` / ``import anthropic``: what ``instrument()`` no longer imports for the app
 
 Then ``-X importtime`` of ``import firsttoken`` and of the default ``instrument()``: each module's own
@@ -85,6 +87,20 @@ tp, mp = NoOpTracerProvider(), NoOpMeterProvider()
 import openai, anthropic
 import firsttoken
 timed("instrument(), openai+anthropic imported", lambda: firsttoken.instrument(tracer_provider=tp, meter_provider=mp))
+""",
+    "first": """
+import openai
+from firsttoken.sim import LatencyModel, Simulator
+sim = Simulator(latency=LatencyModel(queue_ms=1, decode_tokens_per_s=2000, jitter=0, output_tokens=5)).__enter__()
+import firsttoken
+firsttoken.instrument()
+client = openai.OpenAI(base_url=sim.openai_base_url, api_key="sk-startup", max_retries=0)
+def call():
+    kwargs = {"messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}}
+    for _ in client.chat.completions.create(model="gpt-4o-mini", stream=True, **kwargs):
+        pass
+timed("first openai call right after instrument()", call)
+timed("  the second call, for comparison", call)
 """,
     "openai": """
 timed("import openai (app's own)", lambda: __import__("openai"))
