@@ -242,8 +242,8 @@ def install(
             from . import _otlp
 
             own = _otlp.own_export()
-            if own is not None and own.deferred:  # once made, their imports' objects are made long-lived too
-                own.prepare(then=_settle_gc)
+            if own is not None and any(e.inner is None for e in own.deferred):
+                own.prepare(then=_settle_gc)  # the exporters' objects made long-lived too, once imported
             return True
         except ConfigError as exc:  # what cannot fall back to a default
             warn(f"{exc}; the app runs uninstrumented")

@@ -538,7 +538,7 @@ class Deferred:
             inner.shutdown(*args, **kwargs)
 
 
-_BUILDING = threading.Lock()
+_BUILDING = threading.RLock()  # reentrant: a fork from the making thread itself must not wait for itself
 """Held while an exporter is made (imports under way), and by a fork: a child forked while another thread
 imported would inherit that import's module locks, held by a thread it does not have, and hang at its own
 import of the module. A fork waits for the making to finish instead."""
