@@ -1,4 +1,4 @@
-"""pytest plugin for anthropic's own test suite, loaded by scripts/anthropic_own_tests.py.
+"""pytest plugin for anthropic's own test suite, loaded by scripts/anthropic_own_tests/run.py.
 
 ``FT_OWN_TESTS_MODE=instrumented``: firsttoken is on (``instrument()`` with its defaults) before any
 test runs. ``FT_OWN_TESTS_OPT_IN=1``: ``ANTHROPIC_OPEN_TELEMETRY=true`` for every test (the suite's
