@@ -305,8 +305,6 @@ LOGFIRE_APP = textwrap.dedent(
             for m in sm.metrics:
                 if m.name == "gen_ai.client.operation.duration":
                     points[sm.scope.name] = sum(p.count for p in m.data.data_points)
-                if m.name in HISTOGRAMS:
-                    by_metric.setdefault(sm.scope.name, {})[m.name] = sum(p.count for p in m.data.data_points)
     print(json.dumps({
         "notes": [str(w.message) for w in said if "logfire" in str(w.message)],
         "spans": [
