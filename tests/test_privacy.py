@@ -458,3 +458,67 @@ def test_capturing_parsed_results_does_not_warn_the_app(sim: Simulator) -> None:
     client.close()
     assert len(content_attributes(t)) >= 3
     assert [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught] == []
+
+
+MASKED_KEY = "sk-proj-********************************************Zx9Q"
+REQUEST_ID = "req_0123456789abcdef0123"
+
+
+@pytest.fixture
+def refusing_server() -> Iterator[str]:
+    """A real HTTP server answering every request as the OpenAI API answers a wrong key: 401, with the
+    refused key quoted (masked but for its last characters) in the error's message."""
+    import http.server
+    import json
+    import threading
+
+    body = json.dumps(
+        {
+            "error": {
+                "message": f"Incorrect API key provided: {MASKED_KEY}. You can find your API key at "
+                f"https://platform.openai.com/account/api-keys. (request id {REQUEST_ID})",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_api_key",
+            }
+        }
+    ).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_refused_key_quoted_by_the_api_is_not_in_the_span(refusing_server: str) -> None:
+    """The span's status says the API's own words, but not the key the API quotes back."""
+    t = Telemetry()
+    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
+    try:
+        client = openai.OpenAI(base_url=refusing_server, api_key="sk-proj-wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as raised:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        assert MASKED_KEY in str(raised.value)  # the app still gets the SDK's exception as it was
+    finally:
+        firsttoken.uninstrument()
+    (call,) = t.calls()
+    status = call.status.description or ""
+    assert status.startswith("Incorrect API key provided: [redacted]. You can find your API key at"), status
+    assert "Zx9Q" not in status and "****" not in status and REQUEST_ID not in status, status
+    assert "https://platform.openai.com/account/api-keys" in status  # ordinary words are kept

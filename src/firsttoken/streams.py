@@ -29,6 +29,7 @@ import atexit
 import logging
 import os
 import queue
+import re
 import threading
 import time
 import weakref
@@ -55,15 +56,35 @@ ERROR_MESSAGE_MAX = 500
 """Characters kept of a failure's message (the span's status description)."""
 
 
+_KEY_LIKE = re.compile(r"[A-Za-z0-9_*.-]*(?:\*|[0-9])[A-Za-z0-9_*.-]*")
+"""A word of key-like characters with a digit or a mask in it: a candidate key (kept if short)."""
+KEY_LIKE_MIN = 16
+"""Key-like words of this many characters or more are replaced: no API key is that short, and few
+words of an error message are that long (a request id is, and goes too)."""
+
+
+def _unkeyed(message: str) -> str:
+    """The message with every key-like word replaced by ``[redacted]``: an API's own message may quote
+    the key it refused, masked but for a few characters (openai's 401: "Incorrect API key provided:
+    sk-proj-****...abcd")."""
+
+    def word(match: re.Match[str]) -> str:
+        text = match.group(0)
+        core = text.rstrip(".")  # a sentence's full stop stays
+        return "[redacted]" + text[len(core) :] if len(core) >= KEY_LIKE_MIN else text
+
+    return _KEY_LIKE.sub(word, message)
+
+
 def error_message_of(exc: BaseException) -> str | None:
     """The failure in the API's own words: the ``message`` of the error body an SDK's exception carries
     (openai's ``body`` is the error object, anthropic's holds it under ``error``), at most
-    :data:`ERROR_MESSAGE_MAX` characters. ``None`` for any other exception: its text may hold what the
-    app put in it, or a URL with a key."""
+    :data:`ERROR_MESSAGE_MAX` characters, with any key-like word replaced (:func:`_unkeyed`). ``None``
+    for any other exception: its text may hold what the app put in it, or a URL with a key."""
     body = getattr(exc, "body", None)
     error = body.get("error", body) if isinstance(body, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
-    return message[:ERROR_MESSAGE_MAX] if isinstance(message, str) and message else None
+    return _unkeyed(message)[:ERROR_MESSAGE_MAX] if isinstance(message, str) and message else None
 
 
 # One ``error.type`` vocabulary on every path (docs/semantics.md): the class name of the exception the
