@@ -263,7 +263,7 @@ def test_an_endpoint_without_a_scheme_is_used_with_http(
     try:
         processors = export.tracer_provider._active_span_processor._span_processors
         exporters = [p.span_exporter for p in processors] + [r._exporter for r in export.metric_readers]
-        assert [e.built()._endpoint for e in exporters] == [traces, metrics]
+        assert [e._endpoint for e in exporters] == [traces, metrics]
         assert problems and all("has no scheme: using http://" in p for p in problems)
     finally:
         export.close(timeout_s=5)
@@ -358,85 +358,6 @@ def test_metric_export_interval_defaults_to_15s() -> None:
         _otlp.providers({_otlp.ENV_SHUTDOWN_TIMEOUT: "-1"}, traces=[], metrics_=[])
     for export in (default, chosen):
         assert export.close(timeout_s=5)
-
-
-# -- the OTLP exporters are made off the app's thread -----------------------------------------------
-
-DEFERRED = """
-import importlib.abc, os, sys, threading
-importers = {}
-
-class Watch(importlib.abc.MetaPathFinder):  # which thread imports the OTLP exporter modules
-    def find_spec(self, name, path=None, target=None):
-        if name.startswith("opentelemetry.exporter.otlp.proto.") and name.endswith("_exporter"):
-            importers.setdefault(name, threading.current_thread().name)
-        return None
-
-sys.meta_path.insert(0, Watch())
-import firsttoken
-from firsttoken import _otlp
-
-# A fork before the exporter was made: the child makes its own at its first export, and it is delivered.
-export = _otlp.providers(traces=["otlp"], metrics_=[])
-assert export.deferred and all(e.inner is None for e in export.deferred) and not importers, importers
-pid = os.fork()
-if pid == 0:
-    with export.tracer_provider.get_tracer("t").start_as_current_span("in the child"):
-        pass
-    delivered = export.flush(20) and export.undelivered() == (0, 0, 0)
-    os._exit(0 if delivered else 3)
-assert os.waitpid(pid, 0)[1] == 0, "the child's first export failed"
-assert export.close(timeout_s=5)
-
-# instrument(): the app's thread imports no exporter; spans and metrics still reach the collector.
-importers.clear()
-firsttoken.instrument()
-assert "MainThread" not in importers.values(), importers
-from opentelemetry import metrics, trace
-with trace.get_tracer("t").start_as_current_span("in the parent"):
-    metrics.get_meter("t").create_counter("t.calls").add(1)
-assert firsttoken.flush(20) and _otlp.own_export().undelivered() == (0, 0, 0)
-print("IMPORTED ON", sorted(set(importers.values())), flush=True)
-"""
-
-
-def test_the_otlp_exporters_are_made_off_the_apps_thread_and_after_a_fork(tmp_path: Path) -> None:
-    """The OTLP exporters' imports (~100 ms) are not paid in ``instrument()`` on the app's thread; an
-    exporter first made in a forked child, or on the background thread, still delivers."""
-    script = tmp_path / "deferred.py"
-    script.write_text(DEFERRED)
-    with _Sink() as sink:
-        env = _clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.port}")
-        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        assert sorted(set(sink.paths)) == ["/v1/metrics", "/v1/traces"]
-        assert sink.paths.count("/v1/traces") >= 2  # the child's span and the parent's
-    imported_on = next(line for line in done.stdout.splitlines() if line.startswith("IMPORTED ON"))
-    assert "MainThread" not in imported_on and "firsttoken" in imported_on
-
-
-@pytest.mark.parametrize("temporality", [None, "delta", "LOWMEMORY", " cumulative ", "sometimes"])
-@pytest.mark.parametrize("histogram", [None, "base2_exponential_bucket_histogram", "explicit_bucket_histogram", "x"])
-def test_metric_preferences_are_the_otlp_exporters_own(
-    monkeypatch: pytest.MonkeyPatch, temporality: str | None, histogram: str | None
-) -> None:
-    """The reader is made with preferences worked out without importing the exporter: they must be its own."""
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-    for name, value in (
-        (_otlp.ENV_METRICS_TEMPORALITY, temporality),
-        (_otlp.ENV_METRICS_HISTOGRAM_AGGREGATION, histogram),
-    ):
-        if value is None:
-            monkeypatch.delenv(name, raising=False)
-        else:
-            monkeypatch.setenv(name, value)
-    ours_temporality, ours_aggregation = _otlp.metric_preferences()
-    real = OTLPMetricExporter()
-    assert ours_temporality == real._preferred_temporality
-    assert {k: type(v) for k, v in ours_aggregation.items()} == {
-        k: type(v) for k, v in real._preferred_aggregation.items()
-    }
 
 
 # -- one line when the collector does not answer --------------------------------------------------

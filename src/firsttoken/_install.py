@@ -241,11 +241,6 @@ def install(
             for name, action in _HOOKS:
                 installation.when_imported(name, action)
             _settle_gc()
-            from . import _otlp
-
-            own = _otlp.own_export()
-            if own is not None and any(e.inner is None for e in own.deferred):
-                own.prepare(then=_settle_gc)  # the exporters' objects made long-lived too, once imported
             return True
         except ConfigError as exc:  # what cannot fall back to a default
             warn(f"{exc}; the app runs uninstrumented")

@@ -22,8 +22,6 @@ name and resource by ``Resource.create()``. What firsttoken adds:
 from __future__ import annotations
 
 import atexit
-import contextlib
-import importlib
 import logging
 import os
 import re
@@ -58,8 +56,6 @@ ENV_TRACES_TIMEOUT = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"
 ENV_METRICS_TIMEOUT = "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT"
 ENV_METRIC_EXPORT_INTERVAL = "OTEL_METRIC_EXPORT_INTERVAL"
 ENV_METRIC_EXPORT_TIMEOUT = "OTEL_METRIC_EXPORT_TIMEOUT"
-ENV_METRICS_TEMPORALITY = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
-ENV_METRICS_HISTOGRAM_AGGREGATION = "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"
 
 EXPORT_TIMEOUT_S = 3.0
 """Per export, retries included, unless an ``OTEL_EXPORTER_OTLP_*TIMEOUT`` is set (the SDK's is 10 s)."""
@@ -257,12 +253,14 @@ class Held:
         self.tally.record("spans", count, False)
 
 
-def _counted(base: type[Any], signal: str, tally: ExportTally, held: Held | None = None) -> type[Any]:
+def _counted(base: type[Any], signal: str, tally: ExportTally) -> type[Any]:
     """A subclass of an SDK exporter class whose ``export`` also counts the outcome in ``tally``; for
-    spans (given ``held``), a batch the collector did not take is held (:class:`Held`) and sent again,
-    oldest first, before the next one."""
+    spans, a batch the collector did not take is held (:class:`Held`) and sent again, oldest first,
+    before the next one."""
 
     class Counted(base):  # type: ignore[misc]
+        held = Held(tally) if signal == "spans" else None
+
         def export(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
             if self.held is None:
                 result = super().export(batch, *args, **kwargs)
@@ -295,7 +293,6 @@ def _counted(base: type[Any], signal: str, tally: ExportTally, held: Held | None
                     tally.record(signal, len(old), ok)
             return super().shutdown(*args, **kwargs)
 
-    Counted.held = held
     Counted.__name__ = Counted.__qualname__ = base.__name__
     return Counted
 
@@ -482,113 +479,30 @@ def check_endpoint(
     return None
 
 
-_OTLP_MODULES = {
-    ("grpc", "spans"): ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter"),
-    ("grpc", "metrics"): ("opentelemetry.exporter.otlp.proto.grpc.metric_exporter", "OTLPMetricExporter"),
-    ("http/protobuf", "spans"): ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter"),
-    ("http/protobuf", "metrics"): ("opentelemetry.exporter.otlp.proto.http.metric_exporter", "OTLPMetricExporter"),
-}
-
-
-class Deferred:
-    """An OTLP exporter made when it is first needed, not in ``instrument()``.
-
-    Importing the OTLP exporters (protobuf and its generated modules, ``requests`` and ``urllib3``, or
-    grpcio) is most of what setting up export costs: about 100 ms, docs/overhead.md "Start-up". This
-    stands in for the exporter from the start, holds its :class:`Held` buffer (spans), and makes the
-    exporter on the first of :meth:`built` (a background thread started after ``instrument()``,
-    :meth:`Export.prepare`) or an export (the SDK's export threads, or a flush): never on a call's thread.
-
-    A metric reader reads the exporter's preferred temporality and aggregation when it is made; they are
-    worked out from the environment as the OTLP metric exporters do (:func:`metric_preferences`).
-    """
-
-    def __init__(self, protocol: str, signal: str, tally: ExportTally, kwargs: Mapping[str, Any]) -> None:
-        import importlib.util
-
-        module, name = _OTLP_MODULES[protocol, signal]
-        if importlib.util.find_spec(module.rsplit(".", 1)[0]) is None:  # missing: said now, as importing it would
-            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
-        self._where = (module, name)
-        self._signal = signal
-        self._tally = tally
-        self._kwargs = dict(kwargs)
-        self.held = Held(tally) if signal == "spans" else None
-        if signal == "metrics":
-            self._preferred_temporality, self._preferred_aggregation = metric_preferences()
-        self.inner: Any = None
-        """The exporter, once made."""
-
-    def built(self) -> Any:
-        """The exporter, made now if it was not yet (one at a time, never across a fork: see :data:`_BUILDING`)."""
-        inner = self.inner
-        if inner is None:
-            with _BUILDING:
-                if self.inner is None:
-                    module, name = self._where
-                    base = getattr(importlib.import_module(module), name)
-                    self.inner = _counted(base, self._signal, self._tally, self.held)(**self._kwargs)
-                inner = self.inner
-        return inner
-
-    def export(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
-        return self.built().export(batch, *args, **kwargs)
-
-    def force_flush(self, *args: Any, **kwargs: Any) -> bool:
-        inner = self.inner
-        return True if inner is None else bool(inner.force_flush(*args, **kwargs))
-
-    def shutdown(self, *args: Any, **kwargs: Any) -> None:
-        inner = self.inner
-        if inner is not None:  # else it never exported: nothing is held, nothing is open
-            inner.shutdown(*args, **kwargs)
-
-
-_BUILDING = threading.RLock()  # reentrant: a fork from the making thread itself must not wait for itself
-"""Held while an exporter is made (imports under way), and by a fork: a child forked while another thread
-imported would inherit that import's module locks, held by a thread it does not have, and hang at its own
-import of the module. A fork waits for the making to finish instead."""
-os.register_at_fork(before=_BUILDING.acquire, after_in_parent=_BUILDING.release, after_in_child=_BUILDING.release)
-
-
-def metric_preferences() -> tuple[dict[type, Any], dict[type, Any]]:
-    """The preferred temporality and histogram aggregation per instrument class, from
-    ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`` and ``..._DEFAULT_HISTOGRAM_AGGREGATION``, as the
-    OTLP metric exporters (http and grpc) work them out; an unknown value is warned about by the exporter
-    when it is made. (A test compares the two for every value.)"""
-    from opentelemetry.sdk.metrics import (
-        Counter,
-        Histogram,
-        ObservableCounter,
-        ObservableGauge,
-        ObservableUpDownCounter,
-        UpDownCounter,
-    )
-    from opentelemetry.sdk.metrics.export import AggregationTemporality
-    from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, ExponentialBucketHistogramAggregation
-
-    preference = os.environ.get(ENV_METRICS_TEMPORALITY, "CUMULATIVE").upper().strip()
-    delta, cumulative = AggregationTemporality.DELTA, AggregationTemporality.CUMULATIVE
-    temporality: dict[type, Any] = {
-        Counter: delta if preference in ("DELTA", "LOWMEMORY") else cumulative,
-        UpDownCounter: cumulative,
-        Histogram: delta if preference in ("DELTA", "LOWMEMORY") else cumulative,
-        ObservableCounter: delta if preference == "DELTA" else cumulative,
-        ObservableUpDownCounter: cumulative,
-        ObservableGauge: cumulative,
-    }
-    exponential = os.environ.get(ENV_METRICS_HISTOGRAM_AGGREGATION) == "base2_exponential_bucket_histogram"
-    histogram = ExponentialBucketHistogramAggregation() if exponential else ExplicitBucketHistogramAggregation()
-    return temporality, {Histogram: histogram}
-
-
-def _otlp_exporter(
-    protocol: str, signal: str, timeout: float, tally: ExportTally, endpoint: str | None = None
-) -> Deferred:
+def _otlp_span_exporter(protocol: str, timeout: float, tally: ExportTally, endpoint: str | None = None) -> Any:
     kwargs: dict[str, Any] = {"timeout": timeout}
     if endpoint is not None:
         kwargs["endpoint"] = endpoint
-    return Deferred(protocol, signal, tally, kwargs)
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
+
+        return _counted(GrpcSpans, "spans", tally)(**kwargs)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
+
+    return _counted(HttpSpans, "spans", tally)(**kwargs)
+
+
+def _otlp_metric_exporter(protocol: str, timeout: float, tally: ExportTally, endpoint: str | None = None) -> Any:
+    kwargs: dict[str, Any] = {"timeout": timeout}
+    if endpoint is not None:
+        kwargs["endpoint"] = endpoint
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
+
+        return _counted(GrpcMetrics, "metrics", tally)(**kwargs)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
+
+    return _counted(HttpMetrics, "metrics", tally)(**kwargs)
 
 
 class Export:
@@ -605,7 +519,6 @@ class Export:
         quiet: UnreachableFilter | None = None,
         metric_readers: Sequence[Any] = (),
         held: Sequence[Held] = (),
-        deferred: Sequence[Deferred] = (),
     ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
@@ -618,25 +531,8 @@ class Export:
         """The periodic readers firsttoken made (not the ones passed in)."""
         self.held = list(held)
         """The span batches the OTLP exporters hold for another try."""
-        self.deferred = list(deferred)
-        """The OTLP exporters, made at :meth:`prepare` or their first export."""
         self._lock = threading.Lock()
         self._closed: bool | None = None
-
-    def prepare(self, then: Callable[[], None]) -> None:
-        """Make the OTLP exporters on a background thread, now, then call ``then`` there: the first export
-        (or flush) finds them made, and neither ``instrument()`` nor a call waits for their imports."""
-
-        def run() -> None:
-            try:
-                for exporter in self.deferred:
-                    exporter.built()
-            except Exception:  # tried again at the first export, which says why it fails
-                log.debug("firsttoken: making the OTLP exporters failed", exc_info=True)
-            then()
-
-        with contextlib.suppress(RuntimeError):  # no new threads this late in the shutdown: made at the first export
-            threading.Thread(target=run, name="firsttoken-export-setup", daemon=True).start()
 
     def undelivered(self) -> tuple[int, int, int]:
         """Spans and metric exports failed so far, and spans held for another try: a flush that leaves
@@ -808,9 +704,8 @@ def providers(
         tracer_provider.add_span_processor(processor)
     for name in trace_names:
         span_exporter: Any = (
-            _otlp_exporter(
+            _otlp_span_exporter(
                 traces_protocol,
-                "spans",
                 or_default(p, partial(_timeout, ENV_TRACES_TIMEOUT, env), EXPORT_TIMEOUT_S),
                 tally,
                 traces_url,
@@ -828,7 +723,7 @@ def providers(
     export_timeout_ms = or_default(p, partial(_millis, ENV_METRIC_EXPORT_TIMEOUT, env, timeout_ms), timeout_ms)
     for name in metric_names:
         metric_exporter: Any = (
-            _otlp_exporter(metrics_protocol, "metrics", metrics_timeout, tally, metrics_url)
+            _otlp_metric_exporter(metrics_protocol, metrics_timeout, tally, metrics_url)
             if name == "otlp"
             else ConsoleMetricExporter()
         )
@@ -863,7 +758,6 @@ def providers(
         quiet=quiet,
         metric_readers=readers,
         held=held_by(span_exporters),
-        deferred=[e for e in [*span_exporters, *metric_exporters] if isinstance(e, Deferred)],
     )
     atexit.register(export.close)
     return export
@@ -904,9 +798,8 @@ def _start_afresh_in_children(
                     buffer.forget()
             for ref in exporters:
                 exporter = ref()
-                made = exporter.inner if isinstance(exporter, Deferred) else exporter
-                if made is not None:  # an exporter not made yet has no connections
-                    _fresh_connections(made)
+                if exporter is not None:
+                    _fresh_connections(exporter)
             current = provider()
             if current is None:
                 return
