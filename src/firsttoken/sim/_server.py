@@ -109,6 +109,7 @@ class Simulator:
         self._faults = FaultQueue()
         self._served: list[Served] = []
         self._lock = threading.Lock()
+        self._logged = threading.Condition(self._lock)
         self._arrivals = 0
         self._recent: collections.deque[tuple[float, int]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -222,6 +223,13 @@ class Simulator:
         with self._lock:
             return list(self._served)
 
+    def wait_for_requests(self, count: int, timeout: float = 10.0) -> list[Served]:
+        """What was served, once at least ``count`` requests are (or ``timeout`` seconds passed): a request
+        is listed after its last byte is written, which its client may have read before that."""
+        with self._logged:
+            self._logged.wait_for(lambda: len(self._served) >= count, timeout)
+            return list(self._served)
+
     def clear(self) -> None:
         """Forget served requests, pending faults and the prompt cache."""
         with self._lock:
@@ -240,8 +248,9 @@ class Simulator:
     # -- serving ------------------------------------------------------------------------------------
 
     def _log(self, served: Served) -> None:
-        with self._lock:
+        with self._logged:
             self._served.append(served)
+            self._logged.notify_all()
 
     def _rate_headers(self, anthropic: bool, now: float) -> list[tuple[str, str]]:
         with self._lock:
