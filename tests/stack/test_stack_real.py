@@ -648,7 +648,7 @@ def test_jaeger_finds_every_must_keep_trace_by_the_search_a_user_types(stack: St
     slower than the target)."""
     store = jaeger(stack)
     sent, stored = stack.sent.snapshot(), stack.stored.snapshot()
-    targets = generator("sampling").load_targets()
+    targets = stack_targets()
     cutoff = (stack.ended - 2) * 1e9
     searches: dict[str, tuple[dict[str, Any], set[str]]] = {}
     by_reason: dict[str, int] = {}
@@ -752,7 +752,7 @@ def test_jaeger_the_dashboards_trace_panels_find_the_calls_they_name(stack: Stac
                             problems.append(f"{where}: {len(lost)} kept traces that match it not found")
     # Every must-keep failed or slow-first-token call is on one of the overview's panels, or matches a
     # search of it that showed its limit of traces (Jaeger then shows the newest).
-    targets = generator("sampling").load_targets()
+    targets = stack_targets()
     unseen = [
         t
         for t, spans in kept.items()
