@@ -379,7 +379,7 @@ def test_the_thanos_receive_overlay_sets_every_scope_label_the_shipped_queries_s
     selected = {label for _, expr in shipped_exprs() for _, ms in selectors(expr) for label, _, _ in ms}
     scope_selected = {label for label in selected if label.startswith("otel_scope_")}
     assert scope_selected, "no shipped query selects the scope: is this overlay still needed?"
-    assert scope_selected <= set_labels == {"otel_scope_name", "otel_scope_version"}
+    assert scope_selected <= set_labels == {"otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
 
 
 def test_stated_image_tags_match_compose() -> None:
