@@ -121,6 +121,7 @@ def collector_test_overlay(tmp: Path, receive_otlp: str) -> Path:
 @pytest.fixture(scope="module")
 def run() -> Iterator[Run]:
     bins = {c: binary(c) for c in ("otelcol", "prometheus", "thanos")}
+    otlp = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())["otlp"]
     with tempfile.TemporaryDirectory(prefix="firsttoken-thanos-receive-") as tmpdir:
         tmp = Path(tmpdir)
         ports = {n: free_port() for n in ("rw", "rhttp", "rgrpc", "qhttp", "qgrpc", "prom", "grpc", "http", "health")}
@@ -137,7 +138,13 @@ def run() -> Iterator[Run]:
                         f"--http-address=127.0.0.1:{ports['rhttp']}",
                         f"--grpc-address=127.0.0.1:{ports['rgrpc']}",
                         '--label=receive_replica="0"',
+                        # Off (0) by default in Receive; Prometheus' default storage holds 100000.
                         "--tsdb.max-exemplars=100000",
+                        # The resource attributes the shipped prometheus.yml promotes to labels.
+                        *(
+                            f"--receive.otlp-promote-resource-attributes={a}"
+                            for a in otlp["promote_resource_attributes"]
+                        ),
                         "--log.level=warn",
                     ],
                     tmp / "receive.log",
@@ -162,9 +169,7 @@ def run() -> Iterator[Run]:
                 )
             )
             prom_url = f"http://127.0.0.1:{ports['prom']}"
-            (tmp / "prometheus.yml").write_text(
-                yaml.safe_dump({"otlp": yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())["otlp"]})
-            )
+            (tmp / "prometheus.yml").write_text(yaml.safe_dump({"otlp": otlp}))
             procs.append(
                 Process(
                     "prometheus",
@@ -227,6 +232,8 @@ def run() -> Iterator[Run]:
                 tmp / "demo.log",
                 env={
                     "OTEL_SERVICE_NAME": "firsttoken-demo",
+                    # Values for the resource attributes both promote, so the label sets compare them too.
+                    "OTEL_RESOURCE_ATTRIBUTES": "service.namespace=shop,deployment.environment.name=test",
                     "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{ports['http']}",
                     "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
                     "OTEL_METRIC_EXPORT_INTERVAL": "2000",
@@ -276,10 +283,11 @@ def test_the_same_series_and_values_as_prometheus(run: Run) -> None:
     """Receive's translator and the transform make the very series Prometheus makes from the same data
     points (names and labels, otel_scope_* included), and every shipped query over them gives the same
     values at the same evaluation time: the dashboards read the same through Thanos as on Prometheus."""
-    match = {"match[]": '{job="firsttoken-demo"}', "start": str(run.started - 60), "end": str(run.at)}
+    # job is service.namespace/service.name.
+    match = {"match[]": '{job="shop/firsttoken-demo"}', "start": str(run.started - 60), "end": str(run.at)}
     on_prometheus = {labels(s) for s in run.prometheus.get("/api/v1/series", **match)}
     on_thanos = {labels(s) for s in run.shipped.get("/api/v1/series", **match)}
-    assert on_prometheus, "no series on Prometheus"
+    assert ("deployment_environment_name", "test") in set().union(*on_prometheus), "no series with the promoted labels"
     assert on_thanos == on_prometheus, (
         f"only on Prometheus: {sorted(map(sorted, on_prometheus - on_thanos))[:3]}; "
         f"only through Thanos: {sorted(map(sorted, on_thanos - on_prometheus))[:3]}"
