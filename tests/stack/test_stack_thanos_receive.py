@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import signal
 import sys
 import tempfile
@@ -124,7 +125,8 @@ def run() -> Iterator[Run]:
     otlp = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())["otlp"]
     with tempfile.TemporaryDirectory(prefix="firsttoken-thanos-receive-") as tmpdir:
         tmp = Path(tmpdir)
-        ports = {n: free_port() for n in ("rw", "rhttp", "rgrpc", "qhttp", "qgrpc", "prom", "grpc", "http", "health")}
+        names = ("rw", "rhttp", "rgrpc", "qhttp", "qgrpc", "prom", "grpc", "http", "health", "telemetry")
+        ports = {n: free_port() for n in names}
         procs: list[Process] = []
         try:
             procs.append(
@@ -203,7 +205,7 @@ def run() -> Iterator[Run]:
                         "FIRSTTOKEN_OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
                         "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
                         "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
-                        "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(free_port()),
+                        "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(ports["telemetry"]),
                         # No trace store here: the tail-sampled traces' exports fail and are dropped.
                         "FIRSTTOKEN_TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{free_port()}",
                         "FIRSTTOKEN_PROMETHEUS_OTLP_URL": f"{prom_url}/api/v1/otlp/v1/metrics",
@@ -242,13 +244,41 @@ def run() -> Iterator[Run]:
             )
             procs.append(demo)
             time.sleep(RUN_S)
-            # SIGINT: the demo flushes its last metrics; then the Collector's batch (200 ms) and the export.
+            # SIGINT: the demo flushes its last metrics and exits; then the Collector exports them.
             demo.stop(signal.SIGINT)
-            time.sleep(3)
+            delivered(f"http://127.0.0.1:{ports['telemetry']}/metrics")
             yield Run(Api(prom_url), Api(query_url), Api(query_url, NO_SCOPE), started, time.time())
         finally:
             for p in reversed(procs):
                 p.stop()
+
+
+EXPORTERS = ("otlp_http/thanos_receive", "otlp_http/no_scope", "otlp_http/prometheus")
+
+
+def counter(text: str, name: str, exporter: str | None = None) -> float:
+    """The sum of a Collector counter's series in its telemetry (named with or without `_total`)."""
+    total = 0.0
+    for line in text.splitlines():
+        series, _, value = line.rpartition(" ")
+        if re.match(rf"{name}(_total)?{{", series) and (exporter is None or f'exporter="{exporter}"' in series):
+            total += float(value)
+    return total
+
+
+def delivered(telemetry: str, timeout_s: float = 30) -> None:
+    """Waits until each of the three exporters has sent every metric point the Collector accepted (its
+    own counters), so that Prometheus and both tenants hold the same points when they are compared."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(telemetry, timeout=10) as resp:
+            text = resp.read().decode()
+        accepted = counter(text, "otelcol_receiver_accepted_metric_points")
+        sent = {e: counter(text, "otelcol_exporter_sent_metric_points", e) for e in EXPORTERS}
+        if accepted and all(v == accepted for v in sent.values()):
+            return
+        assert time.monotonic() < deadline, f"the Collector accepted {accepted} points, its exporters sent {sent}"
+        time.sleep(0.5)
 
 
 def raw_queries(queries: list[tuple[str, str]]) -> list[tuple[str, str]]:
