@@ -8,10 +8,10 @@
         metrics/prometheus --(no transform)-------> Prometheus' OTLP receiver (the reference)
       Thanos Query (--query.enforce-tenancy: a request sees one tenant) over Receive's StoreAPI
 
-The same data points reach all three, so a shipped dashboard query must return data through Thanos Query
-on the shipped path wherever it does on Prometheus, and nothing on the path without the transform.
-Queries over recorded series (llm:...) are left out: Receive evaluates no rules (a Thanos Ruler does,
-tests/stack/test_stack_thanos.py); the rules' own expressions are checked instead.
+The same data points reach all three, so through Thanos Query the shipped path must hold Prometheus'
+series and give every shipped query Prometheus' values, and the path without the transform must give
+every query that selects the scope nothing. Queries over recorded series (llm:...) are left out:
+Receive evaluates no rules (a Thanos Ruler would); the rules' own expressions are checked instead.
 
 Without the built binaries the tests skip with one line; with FIRSTTOKEN_STACK=required they fail.
 """
