@@ -36,7 +36,9 @@
 #   - tempo: not built. The Go module github.com/grafana/tempo is AGPL-licensed and this project's
 #     machines may not use it (and the proxy serves no version of its 3.x tags); see docs/stack.md.
 # Binaries are cached in $FIRSTTOKEN_STACK_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/firsttoken/stack)
-# as <component>-<version>/bin/<component>. Builds run under `nice`; each prints its wall time.
+# as <component>-<version>/bin/<component> (otelcol: otelcol-<version>-<hash of builder.yaml's
+# components>/bin/otelcol, so that a changed manifest builds anew). Builds run under `nice`; each
+# prints its wall time.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -85,8 +87,16 @@ version_of() {
     esac
 }
 
+# The cache key: the version, and for otelcol also a hash of the manifest's components (comments
+# left out), so that a component added to collector-config/builder.yaml builds a new Collector at a
+# new path instead of reusing one that lacks it.
 binary_of() {
-    echo "$CACHE/$1-$(version_of "$1")/bin/$1"
+    local key
+    key=$(version_of "$1")
+    if [ "$1" = otelcol ]; then
+        key="$key-$(grep -v '^ *#' "$ROOT/collector-config/builder.yaml" | sha256sum | cut -c1-12)"
+    fi
+    echo "$CACHE/$1-$key/bin/$1"
 }
 
 if [ "$mode" = path ]; then
@@ -189,7 +199,7 @@ build_one() {
         echo "$out"
         return 0
     fi
-    work="$CACHE/$c-$version/build"
+    work="$(dirname "$(dirname "$out")")/build"
     rm -rf "$work"
     mkdir -p "$work" "$(dirname "$out")"
     start=$(date +%s)

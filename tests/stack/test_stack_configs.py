@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from stack_tools import DATASOURCES, ROOT, generator, load_yaml, need, run, targets
+from stack_tools import DATASOURCES, ROOT, generator, load_yaml, need, run, selectors, shipped_exprs, targets
 
 from firsttoken import semconv as sc
 
@@ -28,12 +28,15 @@ COMPOSE = ROOT / "docker-compose.yml"
 COMPOSE_JAEGER = ROOT / "docker-compose.jaeger.yml"
 JAEGER = ROOT / "jaeger" / "jaeger.yaml"
 JAEGER_OVERLAY = COLLECTOR / "otelcol-jaeger.yaml"
+THANOS_RECEIVE_OVERLAY = COLLECTOR / "otelcol-thanos-receive.yaml"
+# Overlays merged onto otelcol.yaml (--config=otelcol.yaml --config=<overlay>): not complete alone.
+COLLECTOR_OVERLAYS = [JAEGER_OVERLAY, THANOS_RECEIVE_OVERLAY]
 TEMPO = ROOT / "grafana" / "tempo" / "tempo.yaml"
 
 # Component type names of collector-contrib v0.159 after the 2026 lower_snake_case renames.
 CURRENT_TYPES = {
     "receivers": {"otlp"},
-    "processors": {"memory_limiter", "tail_sampling", "batch"},
+    "processors": {"memory_limiter", "tail_sampling", "batch", "transform"},
     "exporters": {"otlp_grpc", "otlp_http", "load_balancing", "prometheus_remote_write", "prometheus", "debug"},
     "extensions": {"health_check"},
     "connectors": {"span_metrics"},
@@ -358,6 +361,27 @@ def test_the_jaeger_override_wires_the_collector_jaeger_and_grafana() -> None:
     assert jaeger["extensions"]["jaeger_query"]["storage"]["traces"] == backend
 
 
+def test_the_thanos_receive_overlay_sets_every_scope_label_the_shipped_queries_select() -> None:
+    """otelcol-thanos-receive.yaml: the metrics pipeline keeps otelcol.yaml's receivers and
+    memory_limiter, adds the transform, and exports to Receive's OTLP path only; the transform sets each
+    otel_scope_* label a shipped query selects (tests/stack/test_stack_thanos_receive.py runs it)."""
+    overlay = load_yaml(THANOS_RECEIVE_OVERLAY)
+    single = load_yaml(SINGLE)["service"]["pipelines"]["metrics"]
+    metrics = overlay["service"]["pipelines"]["metrics"]
+    assert metrics["receivers"] == single["receivers"]
+    assert metrics["processors"] == [*single["processors"], "transform/otel_scope"]
+    assert metrics["exporters"] == ["otlp_http/thanos_receive"]
+    url = urlparse(overlay["exporters"]["otlp_http/thanos_receive"]["metrics_endpoint"])
+    assert (url.port, url.path) == (19291, "/api/v1/otlp")
+    (block,) = overlay["processors"]["transform/otel_scope"]["metric_statements"]
+    assert block["context"] == "datapoint"
+    set_labels = {m for s in block["statements"] for m in re.findall(r'datapoint\.attributes\["(otel_scope_\w+)"\]', s)}
+    selected = {label for _, expr in shipped_exprs() for _, ms in selectors(expr) for label, _, _ in ms}
+    scope_selected = {label for label in selected if label.startswith("otel_scope_")}
+    assert scope_selected, "no shipped query selects the scope: is this overlay still needed?"
+    assert scope_selected <= set_labels == {"otel_scope_name", "otel_scope_version", "otel_scope_schema_url"}
+
+
 def test_stated_image_tags_match_compose() -> None:
     """The pinned tags named in file headers and docs are the ones compose runs."""
     images = {s["image"] for s in compose()["services"].values()}
@@ -459,7 +483,7 @@ def key_paths(node: Any, prefix: str = "") -> set[str]:
     return {prefix}
 
 
-@pytest.mark.parametrize("path", COLLECTOR_CONFIGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", COLLECTOR_CONFIGS + COLLECTOR_OVERLAYS, ids=lambda p: p.name)
 def test_collector_keys_exist_upstream(path: Path) -> None:
     known = load_yaml(COLLECTOR_KEYS)
     config = load_yaml(path)
@@ -609,6 +633,7 @@ BUILDER_COMPONENTS = {
     "otlpreceiver": ("receivers", "otlp"),
     "memorylimiterprocessor": ("processors", "memory_limiter"),
     "tailsamplingprocessor": ("processors", "tail_sampling"),
+    "transformprocessor": ("processors", "transform"),
     "otlpexporter": ("exporters", "otlp_grpc"),
     "otlphttpexporter": ("exporters", "otlp_http"),
     "loadbalancingexporter": ("exporters", "load_balancing"),
@@ -629,7 +654,7 @@ def builder_components() -> set[tuple[str, str]]:
 
 def test_the_collector_manifest_has_exactly_the_components_the_configs_use() -> None:
     used = set()
-    for path in COLLECTOR_CONFIGS:
+    for path in COLLECTOR_CONFIGS + COLLECTOR_OVERLAYS:
         config = load_yaml(path)
         for kind in ("extensions", "receivers", "processors", "exporters"):
             used |= {(kind, name.split("/")[0]) for name in config.get(kind) or {}}

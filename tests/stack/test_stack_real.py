@@ -1053,6 +1053,8 @@ COLLECTOR_CONFIGS = [
     [ROOT / "collector-config" / "otelcol.yaml"],
     # docker-compose.jaeger.yml's Collector: the overlay merged over otelcol.yaml.
     [ROOT / "collector-config" / "otelcol.yaml", ROOT / "collector-config" / "otelcol-jaeger.yaml"],
+    # For Thanos Receive (docs/stack.md, "Past one Prometheus"; run for real in test_stack_thanos_receive.py).
+    [ROOT / "collector-config" / "otelcol.yaml", ROOT / "collector-config" / "otelcol-thanos-receive.yaml"],
     [ROOT / "collector-config" / "scale-out" / "router.yaml"],
     [ROOT / "collector-config" / "scale-out" / "sampler.yaml"],
 ]
