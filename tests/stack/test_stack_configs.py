@@ -529,6 +529,29 @@ def test_prometheus_keys_and_flags_exist_upstream() -> None:
     assert features <= set(known["prometheus"]["features"])
 
 
+_DURATION = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+
+
+def seconds(duration: str) -> int:
+    """A Prometheus duration of one unit (``28d``, ``30d``, ``6h``) in seconds."""
+    match = re.fullmatch(r"(\d+)([mhdwy])", duration)
+    assert match, f"not a one-unit Prometheus duration: {duration!r}"
+    return int(match[1]) * _DURATION[match[2]]
+
+
+def test_compose_prometheus_keeps_the_whole_slo_window() -> None:
+    """Prometheus keeps 15 days unless told otherwise: the 28-day SLO budget and burn rates would
+    silently average only what is left. Compose's retention must cover the window slos.yml sets."""
+    window = load_yaml(ROOT / "prometheus" / "slos.yml")["window"]
+    retention = [
+        a.split("=", 1)[1]
+        for a in compose()["services"]["prometheus"]["command"]
+        if a.startswith("--storage.tsdb.retention.time=")
+    ]
+    assert retention, "docker-compose.yml's prometheus keeps the default 15 days: set --storage.tsdb.retention.time"
+    assert seconds(retention[0]) >= seconds(window), f"retention {retention[0]} < the SLO window {window}"
+
+
 def program_of(service: dict[str, Any], facts: dict[str, Any]) -> str | None:
     """The program a service's container starts."""
     entrypoint = service.get("entrypoint")
