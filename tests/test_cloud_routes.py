@@ -296,3 +296,17 @@ def test_error_event(route: Route, sim: Simulator) -> None:
         _ended(t, sc.END_ERROR, type(caught.value).__qualname__)
     if route.name == "bedrock":  # an exception frame: the SDK raises the API's words, as from an SSE error event
         assert "modelStreamErrorException" in str(caught.value.body)
+
+
+@route_params
+def test_retry_is_one_call(route: Route, sim: Simulator) -> None:
+    """The SDK's retry (here after a 429 that asks for 10 ms) and the re-signed request are one call."""
+    sim.clear()
+    sim.inject(Fault.rate_limit(retry_after=0.01))
+    with instrumented() as t:
+        for _ in _create(route, route.make(sim, False).with_options(max_retries=1), stream=True):
+            pass
+    assert [s.status for s in sim.wait_for_requests(2)] == [429, 200]
+    attrs = _ended(t, sc.END_COMPLETED)
+    assert attrs[sc.FT_ATTEMPTS] == 2
+    assert attrs[sc.GEN_AI_PROVIDER_NAME] == route.provider
