@@ -1,10 +1,12 @@
 """The clouds' paths of the simulator: Bedrock's event-stream framing, read by botocore's own parser
-(the one anthropic's ``AnthropicBedrock`` uses), and the paths of Vertex AI and Azure OpenAI."""
+(the one anthropic's ``AnthropicBedrock`` uses), the paths of Vertex AI and Azure OpenAI, and
+Bedrock's Converse API through boto3's ``bedrock-runtime`` client."""
 
 from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -84,3 +86,67 @@ def test_azure_deployment_paths_are_openai_paths(sim: Simulator) -> None:
     response = httpx.post(url, json=body)
     assert response.status_code == 200 and response.json()["object"] == "chat.completion"
     assert "usage" in response.json() and "x_groq" not in response.json(), "Azure's /openai is not Groq's"
+
+
+# -- Bedrock's Converse API, through boto3's bedrock-runtime client (botocore's parsers) -------------------
+
+
+@pytest.fixture
+def runtime(sim: Simulator) -> Any:
+    boto3 = pytest.importorskip("boto3", reason="anthropic[bedrock], in the dev extra, brings boto3")
+    from botocore.config import Config
+
+    return boto3.client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        endpoint_url=sim.url,
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="fake",
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
+SYSTEM = [{"text": "You are a careful assistant for a shipping company. " * 40}, {"cachePoint": {"type": "default"}}]
+CONVERSE = {
+    "modelId": "anthropic.claude-x-v1:0",
+    "system": SYSTEM,
+    "messages": [{"role": "user", "content": [{"text": "Hi."}]}],
+}
+
+
+def test_converse_whole_and_cache(runtime: Any, sim: Simulator) -> None:
+    first = runtime.converse(**CONVERSE, inferenceConfig={"maxTokens": 64})
+    second = runtime.converse(**CONVERSE)
+    assert first["stopReason"] == "end_turn" and first["output"]["message"]["content"][0]["text"]
+    served = sim.wait_for_requests(2)
+    assert served[0].model == "anthropic.claude-x-v1:0", "the model of the (quoted) path"
+    assert first["usage"]["cacheWriteInputTokens"] == served[0].cache_creation_tokens > 0
+    assert second["usage"]["cacheReadInputTokens"] == served[1].cached_tokens > 0
+    for result, s in ((first, served[0]), (second, served[1])):
+        u = result["usage"]
+        assert u["inputTokens"] + u["cacheReadInputTokens"] + u["cacheWriteInputTokens"] == s.input_tokens
+        assert u["outputTokens"] == s.output_tokens == 12
+
+
+def test_converse_stream_events(runtime: Any, sim: Simulator) -> None:
+    events = list(runtime.converse_stream(**CONVERSE)["stream"])
+    kinds = [next(iter(e)) for e in events]
+    assert kinds[0] == "messageStart" and kinds[-3:] == ["contentBlockStop", "messageStop", "metadata"]
+    assert set(kinds[1:-3]) == {"contentBlockDelta"}
+    assert events[-2]["messageStop"]["stopReason"] == "end_turn"
+    assert events[-1]["metadata"]["usage"]["outputTokens"] == sim.wait_for_requests(1)[0].output_tokens == 12
+
+
+def test_converse_stream_error_event(runtime: Any, sim: Simulator) -> None:
+    from botocore.exceptions import EventStreamError
+
+    sim.inject(Fault.error_event(after_chunks=3))
+    with pytest.raises(EventStreamError, match="modelStreamErrorException"):
+        for _ in runtime.converse_stream(**CONVERSE)["stream"]:
+            pass
+
+
+def test_invoke_model_with_response_stream(runtime: Any) -> None:
+    response = runtime.invoke_model_with_response_stream(modelId="m", body=json.dumps(BODY))
+    events = [json.loads(e["chunk"]["bytes"]) for e in response["body"]]
+    assert events[0]["type"] == "message_start" and events[-1]["type"] == "message_stop"

@@ -60,7 +60,7 @@ def _is_anthropic(path: str, headers: Mapping[str, str]) -> bool:
 
 def _error_event(path: str, anthropic: bool) -> Callable[[], bytes]:
     """The mid-stream error a request's API sends (Bedrock's in its own framing)."""
-    if path.endswith("/invoke-with-response-stream"):
+    if path.endswith(("/invoke-with-response-stream", "/converse-stream")):
         return _cloud.bedrock_error_event
     return _anthropic.error_event if anthropic else _openai.error_event(_unprefixed(path))
 
