@@ -156,6 +156,9 @@ class CallHooks(ABC):
 
     provider = "unknown"
     """The SDK's own provider name, used when the host does not name another."""
+    client_providers: Mapping[str, str] = {}
+    """The SDK's client base classes (by name) that name the cloud behind them, whatever the host: a
+    Bedrock client on a proxy or a simulator still calls Bedrock's API."""
 
     def __init__(self, recorder: Recorder, provider_of: common.ProviderResolver) -> None:
         self.recorder = recorder
@@ -165,12 +168,15 @@ class CallHooks(ABC):
         self._servers: dict[int, tuple[Any, str | None, int | None, Endpoint]] = {}
         """id(base URL) -> (the URL, server.address, server.port, endpoint): worked out once per client."""
 
-    def _server(self, base_url: Any) -> tuple[str | None, int | None, Endpoint]:
+    def _server(self, client: Any) -> tuple[str | None, int | None, Endpoint]:
+        base_url = getattr(client, "base_url", None)
         known = self._servers.get(id(base_url))
         if known is not None and known[0] is base_url:
             return known[1], known[2], known[3]
         host, port = common.server_of(base_url)
-        endpoint = self.provider_of.endpoint(host, port, self.provider, str(getattr(base_url, "path", "") or ""))
+        named = self.client_providers
+        default = next((named[c.__name__] for c in type(client).__mro__ if c.__name__ in named), self.provider)
+        endpoint = self.provider_of.endpoint(host, port, default, str(getattr(base_url, "path", "") or ""))
         if len(self._servers) >= 256:  # clients made per call: start over rather than grow
             self._servers = {}
         self._servers[id(base_url)] = (base_url, host, port, endpoint)
@@ -215,7 +221,7 @@ class CallHooks(ABC):
             what = self.describe(options, body, stream)
             if what is None:
                 return None
-            server = self._server(getattr(instance, "base_url", None))
+            server = self._server(instance)
             return open_call(self.recorder, what, server, instance, self._finish, CALL_START.get())
         except Exception:
             internal_error("could not start a %s call", self.provider)

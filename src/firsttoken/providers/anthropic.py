@@ -412,6 +412,7 @@ def _copy_options(options: Any, **update: Any) -> Any:
 
 class AnthropicHooks(CallHooks):
     provider = "anthropic"
+    client_providers = {"BaseBedrockClient": "aws.bedrock", "BaseVertexClient": "gcp.vertex_ai"}
 
     def prepare(self, tl: Timeline, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         try:

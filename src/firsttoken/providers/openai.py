@@ -531,6 +531,7 @@ def _observer(tl: Timeline) -> Observer:
 
 class OpenAIHooks(CallHooks):
     provider = "openai"
+    client_providers = {"BaseAzureClient": "azure.ai.openai"}
 
     def describe(self, options: Any, body: Mapping[str, Any], stream: bool) -> CallDescription | None:
         kind = _classify(options)

@@ -9,7 +9,7 @@ from ._output import Answer, ApiError, ForcedTool, answer, int_field, schema_ins
 from ._reply import Call, dumps
 from ._text import Prompt, chunk, generate_text
 
-__all__ = ["ROUTES", "error_body", "error_event"]
+__all__ = ["ROUTES", "SSE", "answer_messages", "error_body", "error_event", "sse_event"]
 
 JSON = [("content-type", "application/json")]
 SSE = [("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache")]
@@ -32,7 +32,7 @@ def error_body(status: int, message: str, *, kind: str | None = None) -> bytes:
 
 def error_event() -> bytes:
     """What Anthropic sends when it runs out of capacity mid-stream."""
-    return b"event: error\ndata: " + error_body(529, "Overloaded") + b"\n\n"
+    return sse_event("error", error_body(529, "Overloaded"))
 
 
 def _prompt(body: dict[str, Any]) -> Prompt:
@@ -107,10 +107,22 @@ async def count_tokens(call: Call) -> None:
     await call.respond(200, [*JSON, *call.headers], dumps({"input_tokens": tokens}))
 
 
+def sse_event(kind: str, data: bytes) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+
 async def messages(call: Call) -> None:
-    body = call.body
-    if not isinstance(body.get("model"), str):
+    if not isinstance(call.body.get("model"), str):
         raise ApiError(400, "model: Field required")
+    await answer_messages(call, sse_event, SSE)
+
+
+async def answer_messages(
+    call: Call, frame: Callable[[str, bytes], bytes], stream_headers: list[tuple[str, str]]
+) -> None:
+    """A Messages API answer for ``call.model``; a stream's events framed by ``frame(type, json)``
+    (SSE on Anthropic's API and Vertex AI, AWS event-stream messages on Bedrock)."""
+    body = call.body
     limit = int_field(body, "max_tokens")
     if limit is None:
         raise ApiError(400, "max_tokens: Field required")
@@ -165,8 +177,7 @@ async def messages(call: Call) -> None:
         return
 
     async def emit(kind: str, at: float | None = None, **fields: Any) -> None:
-        data = dumps({"type": kind, **fields})
-        await call.event(b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n", at=at)
+        await call.event(frame(kind, dumps({"type": kind, **fields})), at=at)
 
     async def block(index: int, start: dict[str, Any], deltas: list[dict[str, Any]], sizes: list[int]) -> None:
         await emit("content_block_start", index=index, content_block=start)
@@ -177,7 +188,7 @@ async def messages(call: Call) -> None:
         await emit("content_block_stop", index=index)
 
     size = call.latency.chunk_tokens
-    await call.start_stream([*SSE, *call.headers], at=sched.headers_at)
+    await call.start_stream([*stream_headers, *call.headers], at=sched.headers_at)
     await emit("message_start", message=message([], False))
     index = 0
     if thinking:

@@ -6,6 +6,7 @@ import asyncio
 import collections
 import json
 import random
+import re
 import secrets
 import ssl
 import threading
@@ -16,7 +17,7 @@ from os import PathLike
 from types import TracebackType
 from typing import Any
 
-from . import _anthropic, _cohere, _gemini, _openai
+from . import _anthropic, _cloud, _cohere, _gemini, _openai
 from ._alpn import make_protocol
 from ._cache import CacheConfig, PromptCache
 from ._faults import FAULT_HEADER, Fault, FaultQueue
@@ -39,13 +40,29 @@ GROQ_PREFIX = "/openai"
 """Groq serves its OpenAI-compatible API under ``/openai/v1`` (the ``groq`` SDK's paths)."""
 
 
+AZURE_DEPLOYMENT = re.compile(r"/openai/deployments/[^/]+(?=/)")
+"""Azure OpenAI's deployment paths (``/openai/deployments/{deployment}/chat/completions?api-version=...``)."""
+
+
 def _unprefixed(path: str) -> str:
-    return path[len(GROQ_PREFIX) :] if path.startswith(GROQ_PREFIX + "/v1/") else path
+    """The OpenAI API path a request names: Groq's ``/openai/v1`` (and Azure OpenAI's v1 API), and
+    Azure OpenAI's deployment paths, are the OpenAI API's ``/v1``."""
+    if path.startswith(GROQ_PREFIX + "/v1/"):
+        return path[len(GROQ_PREFIX) :]
+    azure = AZURE_DEPLOYMENT.match(path)
+    return "/v1" + path[azure.end() :] if azure is not None else path
 
 
 def _is_anthropic(path: str, headers: Mapping[str, str]) -> bool:
     """Which provider's error shape a request expects: the Anthropic SDK always sends its version header."""
-    return path.startswith("/v1/messages") or "anthropic-version" in headers
+    return path.startswith("/v1/messages") or "anthropic-version" in headers or _cloud.match(path) is not None
+
+
+def _error_event(path: str, anthropic: bool) -> Callable[[], bytes]:
+    """The mid-stream error a request's API sends (Bedrock's in its own framing)."""
+    if path.endswith(("/invoke-with-response-stream", "/converse-stream")):
+        return _cloud.bedrock_error_event
+    return _anthropic.error_event if anthropic else _openai.error_event(_unprefixed(path))
 
 
 class Simulator:
@@ -302,9 +319,13 @@ class Simulator:
         if not isinstance(body, dict):
             body, parse_error = {}, parse_error or "The request body must be a JSON object."
         model = body.get("model") if isinstance(body.get("model"), str) else None
+        stream = body.get("stream") is True
         gemini = _gemini.match(req.path)  # Gemini's native API names the model and the streaming in its path
         if gemini is not None:
-            model = gemini[0]
+            model, stream = gemini
+        cloud = _cloud.match(req.path)  # so do Claude's on Bedrock and Vertex AI
+        if cloud is not None:
+            model, stream = cloud.model, cloud.stream
         headers = self._rate_headers(anthropic, time.monotonic())
         with self._lock:
             self._recent.append((time.monotonic(), len(req.body) // 4))
@@ -318,15 +339,15 @@ class Simulator:
             cache=self._cache,
             fault=None,
             log=self._log,
-            error_event=_anthropic.error_event if anthropic else _openai.error_event(req.path),
+            error_event=_error_event(req.path, anthropic),
             headers=headers,
-            stream=gemini[1] if gemini is not None else body.get("stream") is True,
+            stream=stream,
             t0=loop_now,
         )
         spec = req.headers.get(FAULT_HEADER)
         try:
             style = req.headers.get(PROVIDER_HEADER)
-            if style is None and req.path.startswith(GROQ_PREFIX + "/"):
+            if style is None and req.path.startswith(GROQ_PREFIX + "/") and not AZURE_DEPLOYMENT.match(req.path):
                 style = "groq"  # Groq's own path: its timing too, unless the request asks otherwise
             call.provider = parse_style(style) if style is not None else self.provider_timing
             fault = Fault.parse(spec) if spec else self._faults.take(req.path, model)
@@ -348,6 +369,8 @@ class Simulator:
             route = _ROUTES.get((req.method, _unprefixed(req.path)))
             if route is None and gemini is not None and req.method == "POST":
                 route = _gemini.generate
+            if route is None and cloud is not None and req.method == "POST":
+                route = cloud.route
             if route is None:
                 if any(path == req.path for _, path in _ROUTES):
                     raise ApiError(405, f"Method {req.method} not allowed on {req.path}.")
