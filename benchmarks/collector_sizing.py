@@ -516,7 +516,6 @@ def point(
                 / max(1.0, counter(m2, "otelcol_processor_tail_sampling_sampling_decision_timer_latency_count"))
             ),
         }
-    result["cpu_per_1k_calls_s"] = result["collector_cpu_share"] / (rate / 1000)
     result["sustained"] = sustained(result)
     return result
 
@@ -545,7 +544,7 @@ def generator_alone(rate: float, seconds: float, batch: int, template_file: Path
             ],
             capture_output=True, text=True, check=True, timeout=seconds + 120,
         )  # fmt: skip
-    sent = json.loads(gen.stdout)
+    sent: dict[str, Any] = json.loads(gen.stdout)
     return sent | {
         "rate": rate,
         "achieved_rate": sent["sent"] / sent["seconds"],
@@ -558,45 +557,49 @@ def generator_alone(rate: float, seconds: float, batch: int, template_file: Path
 # -- the app past the Collector's rate ----------------------------------------------------------------------
 
 
+APP_MEMORY_LIMIT = (
+    "processors::memory_limiter: {check_interval: 1s, limit_percentage: 0, spike_limit_percentage: 0, "
+    "limit_mib: 150, spike_limit_mib: 30}"
+)
+"""For the app-side check: a sampler whose memory_limiter refuses past 150 MiB (the shipped 80 % of this
+machine's memory would take minutes of traffic to reach), so that the app meets a refusing Collector."""
+
+
 def app_side(rate: float, seconds: float, batch: int, template_file: Path, tmp: Path) -> dict[str, Any]:
     """A real instrumented call loop (openai SDK through firsttoken against the simulator, spans over
-    OTLP/gRPC to the sampler) while the generator pushes ``rate`` calls/s, then alone: call latency
-    and what the exporter tallied."""
-    with sinks(1, tmp) as (ports, _), collector("sampler", 1, tmp, ports) as (_, port, telemetry):
-        out: dict[str, Any] = {"rate": rate}
-        for label, load in (("alone", False), ("saturated", True)):
+    OTLP/gRPC to a sampler) alone, then while the generator pushes ``rate`` calls/s into the same sampler
+    with a low memory limit: call latency, what raised, what the exporter reported, what the Collector
+    refused."""
+    with (
+        sinks(1, tmp) as (ports, _),
+        collector("sampler", 1, tmp, ports, (APP_MEMORY_LIMIT,)) as (_, port, telemetry),
+    ):
+        out: dict[str, Any] = {"rate": rate, "memory_limit": APP_MEMORY_LIMIT}
+        for label, load in (("alone", False), ("refusing", True)):
             gen = None
             if load:
                 gen = subprocess.Popen(
                     [
                         "taskset", "-c", str(GENERATOR_CORE), sys.executable, __file__, "_generate",
-                        f"127.0.0.1:{port}", str(template_file), str(rate), str(seconds + 4), str(batch),
+                        f"127.0.0.1:{port}", str(template_file), str(rate), str(seconds + 8), str(batch),
                     ],
                     stdout=subprocess.PIPE,
                 )  # fmt: skip
-                time.sleep(2)
-            app = subprocess.run(
-                [
-                    "taskset",
-                    "-c",
-                    str(GENERATOR_CORE),
-                    sys.executable,
-                    __file__,
-                    "_app",
-                    f"127.0.0.1:{port}",
-                    str(seconds),
-                ],
+                time.sleep(6)  # past the memory limit: the Collector refuses from here on
+                out["refused_before_app"] = counter(scrape(telemetry), "otelcol_receiver_refused_spans")
+            app_run = subprocess.run(
+                [sys.executable, __file__, "_app", f"127.0.0.1:{port}", str(seconds)],
                 capture_output=True,
                 text=True,
                 timeout=seconds + 120,
             )
-            if app.returncode:
-                raise RuntimeError(app.stderr[-3000:])
-            out[label] = json.loads(app.stdout)
+            if app_run.returncode:
+                raise RuntimeError(app_run.stderr[-3000:])
+            out[label] = json.loads(app_run.stdout)
             if gen is not None:
                 gen_out, _ = gen.communicate(timeout=120)
                 out["generator"] = json.loads(gen_out)
-        out["collector_refused_spans"] = counter(scrape(telemetry), "otelcol_receiver_refused_spans")
+        out["refused_spans"] = counter(scrape(telemetry), "otelcol_receiver_refused_spans")
     return out
 
 
@@ -606,6 +609,7 @@ def app(target: str, seconds: float) -> dict[str, Any]:
     exporter reported exported or failed (counted around it) against the spans ended."""
     import openai
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
@@ -634,7 +638,7 @@ def app(target: str, seconds: float) -> dict[str, Any]:
     provider.add_span_processor(Ended())
     provider.add_span_processor(BatchSpanProcessor(Counted()))
     with Simulator(latency=LatencyModel(queue_ms=20, decode_tokens_per_s=500), seed=0) as sim:
-        firsttoken.instrument(tracer_provider=provider)
+        firsttoken.instrument(tracer_provider=provider, meter_provider=MeterProvider())  # spans only
         client = openai.OpenAI(base_url=sim.openai_base_url, api_key="sk-bench", max_retries=0)
         latencies = []
         raised = 0
@@ -728,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
                     if not any(r["sustained"] for r in reps):
                         break  # past this tier's ceiling: higher rates only refuse more
         if args.app:
-            results["app_side"] = app_side(args.app, 20, args.batch, template_file, tmp)
+            results["app_side"] = app_side(args.app, 15, args.batch, template_file, tmp)
             print(json.dumps(results["app_side"]), flush=True)
         out.write_text(json.dumps(results, indent=1))
     print(f"wrote {out}")
@@ -745,12 +749,73 @@ def summary(r: dict[str, Any]) -> str:
     )
 
 
+def slope(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope of ys over xs (None with fewer than two distinct xs)."""
+    if len(set(xs)) < 2:
+        return None
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+def cpu_per_1k(r: dict[str, Any]) -> float:
+    """The Collector's CPU-seconds per 1,000 calls it was actually sent (not asked for)."""
+    return float(r["collector_cpu_share"]) / (r["achieved_rate"] / 1000)
+
+
+def table(results: dict[str, Any]) -> str:
+    """The Markdown tables of docs/scale.md from a results JSON: per tier and rate the median of the
+    repetitions, then per tier the CPU cost per 1k calls/s, the core's capacity it implies and the RSS
+    per trace held."""
+    rows = [
+        "| tier | calls/s asked | sustained (of reps) | sent/asked (median) | Collector CPU, share of its core "
+        "| CPU-s per 1k calls | RSS MiB | traces held | load avg (1 min) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    groups: dict[tuple[str, Any], dict[float, list[dict[str, Any]]]] = {}
+    for r in results["points"]:
+        groups.setdefault((r["tier"], r["shards"]), {}).setdefault(r["rate"], []).append(r)
+    costs = [
+        "| tier | highest rate sustained (calls/s) | CPU-s per 1k calls there (median) "
+        "| calls/s per full core (1000 / that) | RSS per trace held (slope over the rates sustained) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for (tier, shards), by_rate in groups.items():
+        name = f"{tier} (num_shards {shards})" if shards else tier
+        for rate, reps in sorted(by_rate.items()):
+            med = statistics.median
+            rows.append(
+                f"| {name} | {rate:,.0f} | {sum(r['sustained'] for r in reps)}/{len(reps)} "
+                f"| {med(r['sent_share'] for r in reps):.0%} | {med(r['collector_cpu_share'] for r in reps):.0%} "
+                f"| {med(cpu_per_1k(r) for r in reps):.3f} | {med(r['rss_bytes'] for r in reps) / 2**20:.0f} "
+                f"| {med(r['traces_held_in_window'] for r in reps):,.0f} "
+                f"| {min(r['load_before'][0] for r in reps):.1f}-{max(r['load_before'][0] for r in reps):.1f} |"
+            )
+        top = max((rate for rate, reps in by_rate.items() if any(r["sustained"] for r in reps)), default=None)
+        if top is None:
+            continue
+        cost = statistics.median(cpu_per_1k(r) for r in by_rate[top] if r["sustained"])
+        med = statistics.median
+        held = sorted(
+            (med(r["traces_held_in_window"] for r in reps), med(r["rss_bytes"] for r in reps))
+            for reps in by_rate.values()
+            if all(r["sustained"] for r in reps)
+        )
+        per_trace = slope([h for h, _ in held], [m for _, m in held]) if held and held[-1][0] else None
+        costs.append(
+            f"| {name} | {top:,.0f} | {cost:.3f} | {1000 / cost:,.0f} | "
+            + (f"{per_trace / 1024:.1f} KiB |" if per_trace else "- |")
+        )
+    return "\n".join(rows) + "\n\n" + "\n".join(costs) + "\n"
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_generate":
         target, template_file, rate, seconds, batch = sys.argv[2:7]
         print(json.dumps(generate(target, template_file, float(rate), float(seconds), int(batch))))
     elif len(sys.argv) > 1 and sys.argv[1] == "_sink":
         sink(sys.argv[2], int(sys.argv[3]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "_table":
+        print(table(json.loads(Path(sys.argv[2]).read_text())))
     elif len(sys.argv) > 1 and sys.argv[1] == "_app":
         print(json.dumps(app(sys.argv[2], float(sys.argv[3]))))
     else:
