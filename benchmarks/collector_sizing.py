@@ -692,7 +692,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shards", default=f"1,{os.cpu_count()}", help="sampler num_shards values")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--window", type=float, default=12.0, help="measured seconds per point")
-    p.add_argument("--warmup", type=float, default=4.0)
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=7.0,
+        help="seconds of traffic before the window; past the sampler's 5 s wait after a root, so that its "
+        "decisions run through the whole window (default: 7)",
+    )
     p.add_argument("--batch", type=int, default=50, help="calls per export request")
     p.add_argument("--actions", type=int, default=60, help="demo user actions recorded")
     p.add_argument("--app", type=float, default=0, help="also run the app-side check at this calls/s")
