@@ -3,6 +3,7 @@ shipped scale-out configs, on the real Collector 0.159, with firsttoken-shaped t
 
     python benchmarks/collector_sizing.py                       # record, every tier, every rate, 3 reps
     python benchmarks/collector_sizing.py --tiers sampler --rates 2000,4000 --reps 1 --window 10
+    python benchmarks/collector_sizing.py _table benchmarks/collector-sizing-<commit>.json   # docs/scale.md's tables
 
 The traffic: ``firsttoken demo`` (the real openai and anthropic SDKs through firsttoken against
 ``firsttoken.sim``, its mix of traffic classes, models and failed calls) runs once with its OTLP export
@@ -21,10 +22,12 @@ sinks on core 1):
 
 A point is sustained when the generator sent what the rate asked (within 3 %), the Collector refused,
 failed and dropped nothing (its own counters from its telemetry endpoint) and, for the sampler, every
-call is either decided or still held. Each point records the load average, the Collector's CPU (from
-/proc) and RSS, and the generator's and the sinks' CPU. ``--app`` also runs a real instrumented call
-loop (openai SDK, firsttoken, OTLP/gRPC) against a Collector saturated by the generator: its latency,
-and what its exporter counted as failed. The JSON goes to benchmarks/out/collector-sizing-<stamp>.json.
+call was decided (sampled + not sampled = new traces = calls sent). Each point records the load
+average, the Collector's CPU (from /proc) and RSS, and the generator's and the sinks' CPU. ``--app``
+also runs a real instrumented call loop (openai SDK, firsttoken, the SDK's batch processor, OTLP/gRPC)
+against a sampler alone, then refusing (its memory_limiter lowered, the generator pushing): its
+latency, what raised, and what its exporter reported exported or failed. The JSON goes to
+benchmarks/out/collector-sizing-<stamp>.json.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "out"
 CONFIGS = ROOT / "collector-config" / "scale-out"
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-COLLECTOR_CORE, GENERATOR_CORE = 0, 1
+COLLECTOR_CORE = 0
+GENERATOR_CORE = 1 if (os.cpu_count() or 1) > 1 else 0
 SUSTAINED_SHARE = 0.97
 """A point is sustained when the generator sent at least this share of the calls its rate asked for."""
 IN_FLIGHT = 8
