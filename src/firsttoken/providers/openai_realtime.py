@@ -1,0 +1,472 @@
+"""OpenAI Realtime sessions: the openai SDK's ``client.realtime.connect()``, sync and async.
+
+A session is a websocket; its latency lives in its responses. The hooks wrap the SDK's connection
+(``connect()`` and entering its manager, the connection's ``recv``, ``send`` and ``close``) and read
+the events going by, never changing them:
+
+- a **session span** (``realtime_session {model}``) from ``connect()`` entered to the websocket's
+  end: connect time, responses, server ``error`` events, how it ended (closed by the app, dropped,
+  collected unclosed);
+- a **call per response** (operation ``realtime``), parented to it, fed to the Recorder as every other
+  call is: its clock starts at the turn's *hand-off* (``response.create`` sent, or server VAD's
+  ``input_audio_buffer.speech_stopped``, else ``committed``), the first chunk is ``response.created``,
+  the first token the first output delta (audio, text, transcript or tool-call arguments), the end
+  ``response.done`` with its usage and status.
+
+Per event: a clock read, a type lookup, and for an output delta the writes of any stream chunk (an
+audio delta also adds its base64 length). The SDK's reconnection (``on_reconnecting``) is its own
+business: events read after it continue the same session.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from .. import semconv as sc
+from .._internal import internal_error
+from .._patch import Patches
+from ..recorder import Recorder
+from ..timeline import Timeline, is_cancellation
+from . import _common as common
+
+_MODULE = "openai.resources.realtime.realtime"
+
+_FORMAT_BYTES_PER_S = {"audio/pcm": 2 * 24_000, "audio/pcmu": 8_000, "audio/pcma": 8_000}
+"""Output audio bytes per second of each format the API sends (PCM16 at 24 kHz; G.711 at 8 kHz)."""
+
+_TEXT_DELTAS = frozenset({"response.output_text.delta", "response.output_audio_transcript.delta"})
+_OUTPUT_DELTAS = _TEXT_DELTAS | {"response.output_audio.delta", "response.function_call_arguments.delta"}
+
+
+def _b64_bytes(encoded: str) -> int:
+    """Bytes a base64 text decodes to, without decoding it."""
+    n = len(encoded)
+    return n * 3 // 4 - (2 if encoded.endswith("==") else 1 if encoded.endswith("=") else 0)
+
+
+class _Response:
+    """One response's extra marks (the Timeline holds the rest)."""
+
+    __slots__ = ("audio_bytes", "first_audio_ns", "first_text_ns", "handoff", "tl")
+
+    def __init__(self, tl: Timeline, handoff: str) -> None:
+        self.tl = tl
+        self.handoff = handoff
+        self.first_audio_ns: int | None = None
+        self.first_text_ns: int | None = None
+        self.audio_bytes = 0
+
+
+class _Session:
+    """One websocket: its span and its responses."""
+
+    def __init__(
+        self, recorder: Recorder, provider: str, model: str | None, host: str | None, port: int | None
+    ) -> None:
+        self.recorder = recorder
+        self.provider = provider
+        self.model = model
+        self.host = host
+        self.port = port
+        self.start_ns, self.start_wall_ns = time.perf_counter_ns(), time.time_ns()
+        attrs: dict[str, Any] = {sc.GEN_AI_PROVIDER_NAME: provider}
+        if model:
+            attrs[sc.GEN_AI_REQUEST_MODEL] = model
+        if host:
+            attrs[sc.SERVER_ADDRESS] = host
+            if port is not None:
+                attrs[sc.SERVER_PORT] = port
+        name = f"{sc.SPAN_REALTIME_SESSION} {model}" if model else sc.SPAN_REALTIME_SESSION
+        self.span = recorder.tracer.start_span(
+            name, kind=SpanKind.CLIENT, attributes=attrs, start_time=self.start_wall_ns
+        )
+        self.lock = threading.Lock()
+        self.capture = recorder.settings.capture_content
+        self.audio_bytes_per_s = _FORMAT_BYTES_PER_S["audio/pcm"]
+        self.handoff: tuple[int, int, str] | None = None
+        """The turn handed to the model and not yet answered: (perf ns, wall ns, what)."""
+        self.responses: dict[str, _Response] = {}
+        self.response_count = 0
+        self.errors = 0
+        self.ended = False
+
+    # -- the app's side --------------------------------------------------------------------
+
+    def opened(self) -> None:
+        self.span.set_attribute(sc.FT_REALTIME_CONNECT_TIME, (time.perf_counter_ns() - self.start_ns) / 1e9)
+
+    def sent(self, event: Any) -> None:
+        if common.get(event, "type") == "response.create":
+            with self.lock:
+                self.handoff = (time.perf_counter_ns(), time.time_ns(), "response.create")
+
+    # -- the server's side -----------------------------------------------------------------
+
+    def received(self, event: Any, now: int) -> None:
+        kind = common.get(event, "type")
+        if kind in _OUTPUT_DELTAS:
+            r = self.responses.get(common.get(event, "response_id"))
+            if r is None:
+                return
+            r.tl.output_token(now)
+            if kind == "response.output_audio.delta":
+                if r.first_audio_ns is None:
+                    r.first_audio_ns = now
+                r.audio_bytes += _b64_bytes(common.get(event, "delta") or "")
+            elif kind in _TEXT_DELTAS:
+                if r.first_text_ns is None:
+                    r.first_text_ns = now
+                if r.tl.capture is not None:
+                    common.append_output(r.tl, common.get(event, "delta") or "")
+            return
+        if kind == "response.created":
+            self._created(common.get(event, "response"), now)
+        elif kind == "response.done":
+            self._done(common.get(event, "response"), now)
+        elif kind == "input_audio_buffer.speech_stopped":
+            with self.lock:
+                self.handoff = (now, time.time_ns(), "speech_stopped")
+        elif kind == "input_audio_buffer.committed":
+            with self.lock:
+                if self.handoff is None:
+                    self.handoff = (now, time.time_ns(), "committed")
+        elif kind == "error":
+            self._error(common.get(event, "error"), now)
+        elif kind in ("session.created", "session.updated"):
+            self._session(common.get(event, "session"))
+
+    def _session(self, session: Any) -> None:
+        model = common.get(session, "model")
+        if isinstance(model, str) and model:
+            self.span.set_attribute(sc.GEN_AI_RESPONSE_MODEL, model)
+        fmt = common.get(common.get(common.get(common.get(session, "audio"), "output"), "format"), "type")
+        if isinstance(fmt, str) and fmt in _FORMAT_BYTES_PER_S:
+            self.audio_bytes_per_s = _FORMAT_BYTES_PER_S[fmt]
+
+    def _created(self, response: Any, now: int) -> None:
+        rid = common.get(response, "id")
+        if not isinstance(rid, str):
+            return
+        with self.lock:
+            handoff, self.handoff = self.handoff, None
+        start = (now, time.time_ns(), None) if handoff is None else (handoff[0], handoff[1], None)
+        tl = Timeline(
+            provider=self.provider,
+            operation=sc.OP_REALTIME,
+            request_model=self.model,
+            server_address=self.host,
+            server_port=self.port,
+            stream=True,
+            on_finish=self.recorder.finish,
+            start=start,
+        )
+        tl.response_id = rid
+        tl.first_chunk_ns = now
+        tl.last_chunk_ns = now
+        tl.extra[sc.FT_REALTIME_HANDOFF] = "response.created" if handoff is None else handoff[2]
+        if self.capture:
+            tl.capture = {}
+        token = otel_context.attach(trace.set_span_in_context(self.span))
+        try:
+            self.recorder.start(tl)
+        finally:
+            otel_context.detach(token)
+        self.responses[rid] = _Response(tl, tl.extra[sc.FT_REALTIME_HANDOFF])
+        self.response_count += 1
+
+    def _done(self, response: Any, now: int) -> None:
+        r = self.responses.pop(common.get(response, "id"), None)
+        if r is None:
+            return
+        tl = r.tl
+        tl.last_chunk_ns = now
+        tl.terminal_seen = True
+        status = common.get(response, "status")
+        details = common.get(response, "status_details")
+        reason = common.get(details, "reason")
+        if isinstance(status, str):
+            tl.extra[sc.FT_REALTIME_STATUS] = status
+            tl.finish_reasons[0] = reason if isinstance(reason, str) else status
+        if isinstance(reason, str):
+            tl.extra[sc.FT_REALTIME_STATUS_REASON] = reason
+        _read_usage(tl, common.get(response, "usage"))
+        if status == "cancelled":
+            self._finish(r, sc.END_CANCELLED, now)
+        elif status == "failed":
+            error = common.get(details, "error")
+            kind = common.get(error, "code") or common.get(error, "type") or "failed"
+            self._finish(r, sc.END_ERROR, now, str(kind), common.get(error, "message"))
+        else:
+            self._finish(r, sc.END_COMPLETED, now)
+
+    def _error(self, error: Any, now: int) -> None:
+        self.errors += 1
+        kind = str(common.get(error, "code") or common.get(error, "type") or "error")
+        self.span.add_event(sc.EVENT_REALTIME_ERROR, {sc.ERROR_TYPE: kind}, timestamp=time.time_ns())
+        with self.lock:
+            handoff = self.handoff
+            if handoff is None or handoff[2] != "response.create":
+                return
+            self.handoff = None
+        # The server refused the response the app asked for: a failed call.
+        tl = Timeline(
+            provider=self.provider,
+            operation=sc.OP_REALTIME,
+            request_model=self.model,
+            server_address=self.host,
+            server_port=self.port,
+            stream=True,
+            on_finish=self.recorder.finish,
+            start=(handoff[0], handoff[1], None),
+        )
+        tl.extra[sc.FT_REALTIME_HANDOFF] = handoff[2]
+        token = otel_context.attach(trace.set_span_in_context(self.span))
+        try:
+            self.recorder.start(tl)
+        finally:
+            otel_context.detach(token)
+        message = common.get(error, "message")
+        tl.finish(sc.END_ERROR, now, kind, message if isinstance(message, str) else None)
+
+    def _finish(self, r: _Response, reason: str, now: int, error_type: str | None = None, message: Any = None) -> None:
+        tl = r.tl
+        extra = tl.extra
+        for key, mark in (
+            (sc.FT_REALTIME_TIME_TO_FIRST_AUDIO, r.first_audio_ns),
+            (sc.FT_REALTIME_TIME_TO_FIRST_TEXT, r.first_text_ns),
+            (sc.FT_REALTIME_TIME_TO_LAST_DELTA, tl.last_token_ns),
+        ):
+            if mark is not None:
+                extra[key] = (mark - tl.start_ns) / 1e9
+        if r.audio_bytes:
+            extra[sc.FT_REALTIME_AUDIO_DURATION] = r.audio_bytes / self.audio_bytes_per_s
+        tl.finish(reason, now, error_type, message if isinstance(message, str) else None)
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def end(self, reason: str, error_type: str | None = None) -> None:
+        """The websocket is over: end the responses still open, then the session span. Once."""
+        with self.lock:
+            if self.ended:
+                return
+            self.ended = True
+        now = time.perf_counter_ns()
+        for r in list(self.responses.values()):
+            if reason == sc.END_DROPPED:
+                self._finish(r, sc.END_ERROR, now, error_type or "ConnectionClosed")
+            else:
+                self._finish(r, sc.END_CLOSED if reason != sc.END_ABANDONED else reason, now)
+        self.responses.clear()
+        span = self.span
+        span.set_attribute(sc.FT_END_REASON, reason)
+        span.set_attribute(sc.FT_REALTIME_RESPONSES, self.response_count)
+        if self.errors:
+            span.set_attribute(sc.FT_REALTIME_ERRORS, self.errors)
+        if error_type is not None:
+            span.set_attribute(sc.ERROR_TYPE, error_type)
+            span.set_status(Status(StatusCode.ERROR, error_type))
+        span.end()
+
+
+def _read_usage(tl: Timeline, usage: Any) -> None:
+    if usage is None:
+        return
+    for attr, name in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens")):
+        value = common.get(usage, name)
+        if isinstance(value, int):
+            setattr(tl, attr, value)
+    inputs = common.get(usage, "input_token_details")
+    cached = common.get(inputs, "cached_tokens")
+    if isinstance(cached, int):
+        tl.cache_read_tokens = cached
+    outputs = common.get(usage, "output_token_details")
+    for key, value in (
+        (sc.GEN_AI_USAGE_AUDIO_INPUT_TOKENS, common.get(inputs, "audio_tokens")),
+        (sc.GEN_AI_USAGE_AUDIO_OUTPUT_TOKENS, common.get(outputs, "audio_tokens")),
+        (sc.GEN_AI_USAGE_TEXT_OUTPUT_TOKENS, common.get(outputs, "text_tokens")),
+    ):
+        if isinstance(value, int):
+            tl.extra[key] = value
+
+
+# -- the hooks -------------------------------------------------------------------------------
+
+
+class RealtimeHooks:
+    """The wrappers, sharing one recorder; sessions are found by connection (weakly)."""
+
+    def __init__(self, recorder: Recorder, provider_of: common.ProviderResolver) -> None:
+        self.recorder = recorder
+        self.provider_of = provider_of
+        self.managers: weakref.WeakKeyDictionary[Any, tuple[str | None, str | None, int | None]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
+
+    def connect(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        manager = wrapped(*args, **kwargs)
+        try:
+            model = kwargs.get("model")
+            client = instance._client
+            base = client.websocket_base_url or client.base_url
+            parts = urlsplit(str(base))
+            port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
+            self.managers[manager] = (model if isinstance(model, str) else None, parts.hostname, port)
+        except Exception:
+            internal_error("reading a realtime connect() failed")
+        return manager
+
+    def _begin(self, manager: Any) -> _Session | None:
+        known = self.managers.get(manager)
+        if known is None:
+            return None
+        try:
+            model, host, port = known
+            return _Session(self.recorder, self.provider_of(host, "openai"), model, host, port)
+        except Exception:
+            internal_error("starting a realtime session failed")
+            return None
+
+    def _entered(self, session: _Session | None, connection: Any) -> None:
+        if session is None:
+            return
+        try:
+            session.opened()
+            self.sessions[connection] = session
+            weakref.finalize(connection, session.end, sc.END_ABANDONED)
+        except Exception:
+            internal_error("opening a realtime session failed")
+
+    @staticmethod
+    def _failed(session: _Session | None, exc: BaseException) -> None:
+        if session is not None:
+            if is_cancellation(exc):
+                session.end(sc.END_CANCELLED)
+            else:
+                session.end(sc.END_ERROR, type(exc).__qualname__)
+
+    def enter(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        session = self._begin(instance)
+        try:
+            connection = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._failed(session, exc)
+            raise
+        self._entered(session, connection)
+        return connection
+
+    async def aenter(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        session = self._begin(instance)
+        try:
+            connection = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._failed(session, exc)
+            raise
+        self._entered(session, connection)
+        return connection
+
+    def _received(self, instance: Any, event: Any) -> None:
+        session = self.sessions.get(instance)
+        if session is not None:
+            try:
+                session.received(event, time.perf_counter_ns())
+            except Exception:
+                internal_error("reading a realtime event failed")
+
+    def _recv_failed(self, instance: Any, exc: BaseException) -> None:
+        session = self.sessions.get(instance)
+        if session is None or is_cancellation(exc) or session.ended:
+            return
+        try:
+            from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+
+            if isinstance(exc, ConnectionClosedOK):
+                session.end(sc.END_CLOSED)
+            elif isinstance(exc, ConnectionClosed):
+                session.end(sc.END_DROPPED, type(exc).__qualname__)
+        except Exception:
+            internal_error("ending a realtime session failed")
+
+    def recv(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            event = wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._recv_failed(instance, exc)
+            raise
+        self._received(instance, event)
+        return event
+
+    async def arecv(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            event = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            self._recv_failed(instance, exc)
+            raise
+        self._received(instance, event)
+        return event
+
+    def _sent(self, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        session = self.sessions.get(instance)
+        if session is not None:
+            try:
+                session.sent(args[0] if args else kwargs.get("event"))
+            except Exception:
+                internal_error("reading a realtime client event failed")
+
+    def send(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self._sent(instance, args, kwargs)
+        return wrapped(*args, **kwargs)
+
+    async def asend(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        self._sent(instance, args, kwargs)
+        return await wrapped(*args, **kwargs)
+
+    def _closing(self, instance: Any) -> None:
+        session = self.sessions.get(instance)
+        if session is not None:
+            try:
+                session.end(sc.END_CLOSED)
+            except Exception:
+                internal_error("ending a realtime session failed")
+
+    def close(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            self._closing(instance)
+
+    async def aclose(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            self._closing(instance)
+
+
+def patch(patches: Patches, recorder: Recorder, provider_of: common.ProviderResolver) -> None:
+    """Wrap the Realtime connection once the app loads it (openai imports it on ``client.realtime``)."""
+    hooks = RealtimeHooks(recorder, provider_of)
+    wrappers: tuple[tuple[str, Callable[..., Any]], ...] = (
+        ("Realtime.connect", hooks.connect),
+        ("AsyncRealtime.connect", hooks.connect),
+        ("RealtimeConnectionManager.__enter__", hooks.enter),
+        ("RealtimeConnectionManager.enter", hooks.enter),
+        ("AsyncRealtimeConnectionManager.__aenter__", hooks.aenter),
+        ("AsyncRealtimeConnectionManager.enter", hooks.aenter),
+        ("RealtimeConnection.recv", hooks.recv),
+        ("AsyncRealtimeConnection.recv", hooks.arecv),
+        ("RealtimeConnection.send", hooks.send),
+        ("AsyncRealtimeConnection.send", hooks.asend),
+        ("RealtimeConnection.close", hooks.close),
+        ("AsyncRealtimeConnection.close", hooks.aclose),
+    )
+    for path, wrapper in wrappers:
+        patches.wrap_when_imported(_MODULE, path, wrapper)

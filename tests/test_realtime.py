@@ -1,0 +1,235 @@
+"""OpenAI Realtime sessions: the real openai SDK over a real websocket against firsttoken.sim's Realtime server.
+
+Timing bounds: the simulator sends the first delta ``FIRST`` after it reads ``response.create`` (or its
+server VAD commits the turn) and one every ``STEP`` after; the client's clock starts earlier (the hand-off
+is stamped before the event is written), so a measured time is at least the configured one and, on a
+busy 2-core machine, within a second of it (loopback, no other work in the way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+from pydantic import TypeAdapter
+
+import firsttoken
+from firsttoken import semconv as sc
+from firsttoken.sim import RealtimeSimulator, RealtimeTiming
+
+from .conftest import Telemetry
+
+FIRST = 0.15
+STEP = 0.03
+DELTAS = 4
+SLACK = 1.0
+"""Seconds a busy machine may add to a measured time (see the module's docstring)."""
+
+AUDIO_CHUNK = base64.b64encode(bytes(4800)).decode()
+"""100 ms of 24 kHz PCM16 the app "speaks"."""
+
+
+@pytest.fixture
+def rt() -> Iterator[RealtimeSimulator]:
+    with RealtimeSimulator(RealtimeTiming(first_delta_s=FIRST, delta_interval_s=STEP, deltas=DELTAS)) as s:
+        yield s
+
+
+def _sessions(t: Telemetry) -> list[ReadableSpan]:
+    return [s for s in t.spans() if s.name.startswith(sc.SPAN_REALTIME_SESSION)]
+
+
+def _responses(t: Telemetry) -> list[ReadableSpan]:
+    return [s for s in t.calls() if s.attributes and s.attributes[sc.GEN_AI_OPERATION_NAME] == sc.OP_REALTIME]
+
+
+def _check_events(sim: RealtimeSimulator) -> None:
+    """Every event the simulator sent is one of the SDK's own server events, with no field it does not know."""
+    from openai.types.realtime import RealtimeServerEvent
+
+    adapter: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
+    for event in sim.sent:
+        parsed = adapter.validate_python(event)
+        assert parsed.type == event["type"]
+        assert not parsed.model_extra, (event["type"], parsed.model_extra)
+
+
+def _within(value: Any, low: float) -> None:
+    assert isinstance(value, float)
+    assert low <= value <= low + SLACK, (value, low)
+
+
+async def test_async_turn(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
+    client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+    seen: list[str] = []
+    async with client.realtime.connect(model="gpt-realtime") as conn:
+        await conn.session.update(session={"type": "realtime", "output_modalities": ["audio"]})
+        await conn.response.create()
+        async for event in conn:
+            seen.append(event.type)
+            if event.type == "response.done":
+                break
+    assert seen == [e["type"] for e in rt.sent]  # the app saw every event, unchanged
+    _check_events(rt)
+
+    (session,) = _sessions(telemetry)
+    (resp,) = _responses(telemetry)
+    assert resp.parent is not None and resp.parent.span_id == session.context.span_id
+    assert resp.name == "realtime gpt-realtime"
+    a = resp.attributes or {}
+    assert a[sc.FT_REALTIME_HANDOFF] == "response.create"
+    _within(a[sc.FT_TIME_TO_FIRST_TOKEN], FIRST)
+    _within(a[sc.FT_REALTIME_TIME_TO_FIRST_AUDIO], FIRST)
+    _within(a[sc.FT_REALTIME_TIME_TO_FIRST_TEXT], FIRST)
+    _within(a[sc.FT_REALTIME_TIME_TO_LAST_DELTA], FIRST + (DELTAS - 1) * STEP)
+    assert a[sc.FT_REALTIME_AUDIO_DURATION] == pytest.approx(DELTAS * 0.1)
+    assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] == 40
+    assert a[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 16
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == DELTAS * 6
+    assert a[sc.GEN_AI_USAGE_AUDIO_OUTPUT_TOKENS] == DELTAS * 5
+    assert a[sc.GEN_AI_USAGE_TEXT_OUTPUT_TOKENS] == DELTAS
+    assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert a[sc.FT_REALTIME_STATUS] == "completed"
+    assert sc.GEN_AI_OUTPUT_MESSAGES not in a  # capture is off by default
+    s = session.attributes or {}
+    assert s[sc.FT_END_REASON] == sc.END_CLOSED
+    assert s[sc.FT_REALTIME_RESPONSES] == 1
+    assert s[sc.GEN_AI_RESPONSE_MODEL] == "gpt-realtime"
+    assert 0 < s[sc.FT_REALTIME_CONNECT_TIME] < SLACK
+    ops = {dict(p.attributes)[sc.GEN_AI_OPERATION_NAME] for p in telemetry.metrics()[sc.M_OPERATION_DURATION]}
+    assert ops == {sc.OP_REALTIME}
+
+
+def test_sync_server_vad_barge_in(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
+    """Server VAD starts each response at speech_stopped; new speech while one plays cancels it."""
+    client = openai.OpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+    with client.realtime.connect(model="gpt-realtime") as conn:
+        conn.session.update(
+            session={"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}
+        )
+        conn.input_audio_buffer.append(audio=AUDIO_CHUNK)
+        done = 0
+        for event in conn:
+            if event.type == "response.output_audio.delta" and done == 0:
+                conn.input_audio_buffer.append(audio=AUDIO_CHUNK)  # the user talks over the answer
+                done = -1
+            if event.type == "response.done":
+                done = 2 if done == 1 else 1
+                if done == 2:
+                    break
+    _check_events(rt)
+    cut, answered = sorted(_responses(telemetry), key=lambda s: s.start_time or 0)
+    for span in (cut, answered):
+        assert (span.attributes or {})[sc.FT_REALTIME_HANDOFF] == "speech_stopped"
+    c = cut.attributes or {}
+    assert c[sc.FT_END_REASON] == sc.END_CANCELLED
+    assert c[sc.FT_REALTIME_STATUS_REASON] == "turn_detected"
+    assert cut.status.status_code != StatusCode.ERROR
+    assert (answered.attributes or {})[sc.FT_END_REASON] == sc.END_COMPLETED
+    _within((answered.attributes or {})[sc.FT_REALTIME_TIME_TO_FIRST_AUDIO], FIRST)
+
+
+async def test_cancel(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
+    client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+    async with client.realtime.connect(model="gpt-realtime") as conn:
+        await conn.response.create()
+        async for event in conn:
+            if event.type == "response.output_audio.delta":
+                await conn.response.cancel()
+            if event.type == "response.done":
+                assert event.response.status == "cancelled"
+                break
+    (resp,) = _responses(telemetry)
+    a = resp.attributes or {}
+    assert a[sc.FT_END_REASON] == sc.END_CANCELLED
+    assert a[sc.FT_REALTIME_STATUS_REASON] == "client_cancelled"
+    assert resp.status.status_code != StatusCode.ERROR
+
+
+async def test_dropped_socket(telemetry: Telemetry) -> None:
+    from websockets.exceptions import ConnectionClosedError
+
+    timing = RealtimeTiming(first_delta_s=0.05, delta_interval_s=STEP, deltas=DELTAS, drop_after_deltas=2)
+    with RealtimeSimulator(timing) as rt:
+        client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+        deltas = 0
+        with pytest.raises(ConnectionClosedError):
+            async with client.realtime.connect(model="gpt-realtime") as conn:
+                await conn.response.create()
+                async for event in conn:
+                    deltas += event.type == "response.output_audio.delta"
+    assert deltas == 2
+    (session,) = _sessions(telemetry)
+    (resp,) = _responses(telemetry)
+    assert (session.attributes or {})[sc.FT_END_REASON] == sc.END_DROPPED
+    assert session.status.status_code == StatusCode.ERROR
+    assert (resp.attributes or {})[sc.FT_END_REASON] == sc.END_ERROR
+    assert resp.status.status_code == StatusCode.ERROR
+
+
+async def test_server_error_event(telemetry: Telemetry) -> None:
+    with RealtimeSimulator(RealtimeTiming(error_on_response=True)) as rt:
+        client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+        async with client.realtime.connect(model="gpt-realtime") as conn:
+            await conn.response.create()
+            async for event in conn:
+                if event.type == "error":
+                    break
+        _check_events(rt)
+    (session,) = _sessions(telemetry)
+    (resp,) = _responses(telemetry)
+    a = resp.attributes or {}
+    assert a[sc.ERROR_TYPE] == "server_error"
+    assert resp.status.status_code == StatusCode.ERROR
+    s = session.attributes or {}
+    assert s[sc.FT_REALTIME_ERRORS] == 1
+    assert s[sc.FT_END_REASON] == sc.END_CLOSED  # the session went on: the app closed it
+
+
+async def test_parallel_sessions(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
+    client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+
+    async def one(n: int) -> None:
+        async with client.realtime.connect(model=f"gpt-realtime-{n}") as conn:
+            await conn.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+            await conn.response.create()
+            async for event in conn:
+                if event.type == "response.done":
+                    break
+
+    await asyncio.gather(*(one(n) for n in range(4)))
+    sessions = {s.context.span_id: s for s in _sessions(telemetry)}
+    responses = _responses(telemetry)
+    assert len(sessions) == len(responses) == 4
+    for resp in responses:
+        assert resp.parent is not None
+        parent = sessions[resp.parent.span_id]
+        model = (resp.attributes or {})[sc.GEN_AI_REQUEST_MODEL]
+        assert (parent.attributes or {})[sc.GEN_AI_REQUEST_MODEL] == model
+        a = resp.attributes or {}
+        _within(a[sc.FT_REALTIME_TIME_TO_FIRST_TEXT], FIRST)
+        assert sc.FT_REALTIME_TIME_TO_FIRST_AUDIO not in a
+
+
+async def test_capture_on(rt: RealtimeSimulator) -> None:
+    t = Telemetry()
+    assert firsttoken.instrument(
+        tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, capture_content=True
+    )
+    try:
+        client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+        async with client.realtime.connect(model="gpt-realtime") as conn:
+            await conn.response.create()
+            async for event in conn:
+                if event.type == "response.done":
+                    break
+    finally:
+        firsttoken.uninstrument()
+    (resp,) = _responses(t)
+    assert "Hello" * DELTAS in str((resp.attributes or {})[sc.GEN_AI_OUTPUT_MESSAGES])
