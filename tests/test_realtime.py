@@ -9,6 +9,7 @@ busy 2-core machine, within a second of it (loopback, no other work in the way).
 from __future__ import annotations
 
 import asyncio
+import gc
 import base64
 from collections.abc import Iterator
 from typing import Any
@@ -233,3 +234,26 @@ async def test_capture_on(rt: RealtimeSimulator) -> None:
         firsttoken.uninstrument()
     (resp,) = _responses(t)
     assert "Hello" * DELTAS in str((resp.attributes or {})[sc.GEN_AI_OUTPUT_MESSAGES])
+
+
+def test_connect_refused(telemetry: Telemetry) -> None:
+    with RealtimeSimulator() as rt:
+        url = rt.websocket_base_url  # a port nobody listens on once the simulator is closed
+    client = openai.OpenAI(api_key="k", websocket_base_url=url)
+    with pytest.raises(OSError), client.realtime.connect(model="gpt-realtime"):
+        pass
+    (session,) = _sessions(telemetry)
+    assert session.status.status_code == StatusCode.ERROR
+    assert (session.attributes or {})[sc.FT_END_REASON] == sc.END_ERROR
+    assert sc.FT_REALTIME_CONNECT_TIME not in (session.attributes or {})
+
+
+def test_unclosed_session_is_abandoned(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
+    client = openai.OpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+    conn = client.realtime.connect(model="gpt-realtime").enter()
+    ws = conn._connection
+    del conn
+    gc.collect()
+    (session,) = _sessions(telemetry)
+    assert (session.attributes or {})[sc.FT_END_REASON] == sc.END_ABANDONED
+    ws.close()
