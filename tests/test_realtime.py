@@ -108,26 +108,32 @@ async def test_async_turn(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
     assert ops == {sc.OP_REALTIME}
 
 
-def test_sync_server_vad_barge_in(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
-    """Server VAD starts each response at speech_stopped; new speech while one plays cancels it."""
-    client = openai.OpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
-    with client.realtime.connect(model="gpt-realtime") as conn:
-        conn.session.update(
-            session={"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}
-        )
-        conn.input_audio_buffer.append(audio=AUDIO_CHUNK)
-        done = 0
-        marks: dict[str, float] = {}
-        for event in conn:
-            if event.type in ("input_audio_buffer.speech_stopped", "response.output_audio.delta"):
-                marks.setdefault(event.type, time.perf_counter())
-            if event.type == "response.output_audio.delta" and done == 0:
-                conn.input_audio_buffer.append(audio=AUDIO_CHUNK)  # the user talks over the answer
-                done = -1
-            if event.type == "response.done":
-                done = 2 if done == 1 else 1
-                if done == 2:
-                    break
+def test_sync_server_vad_barge_in(telemetry: Telemetry) -> None:
+    """Server VAD starts each response at speech_stopped; new speech while one plays cancels it.
+
+    20 deltas: the barge-in, sent when the app reads the first, has 0.57 s to reach the server before
+    the answer would be complete (it missed a 0.09 s window once, under load).
+    """
+    timing = RealtimeTiming(first_delta_s=FIRST, delta_interval_s=STEP, deltas=20)
+    with RealtimeSimulator(timing) as rt:
+        client = openai.OpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+        with client.realtime.connect(model="gpt-realtime") as conn:
+            conn.session.update(
+                session={"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad"}}}}
+            )
+            conn.input_audio_buffer.append(audio=AUDIO_CHUNK)
+            barged, done = False, 0
+            marks: dict[str, float] = {}
+            for event in conn:
+                if event.type in ("input_audio_buffer.speech_stopped", "response.output_audio.delta"):
+                    marks.setdefault(event.type, time.perf_counter())
+                if event.type == "response.output_audio.delta" and not barged:
+                    conn.input_audio_buffer.append(audio=AUDIO_CHUNK)  # the user talks over the answer
+                    barged = True
+                if event.type == "response.done":
+                    done += 1
+                    if done == 2:
+                        break
     _check_events(rt)
     cut, answered = sorted(_responses(telemetry), key=lambda s: s.start_time or 0)
     for span in (cut, answered):
@@ -268,3 +274,18 @@ def test_unclosed_session_is_abandoned(telemetry: Telemetry, rt: RealtimeSimulat
     (session,) = _sessions(telemetry)
     assert (session.attributes or {})[sc.FT_END_REASON] == sc.END_ABANDONED
     ws.close()
+
+
+async def test_response_queued_before_connecting(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
+    """manager.send() before entering: the SDK sends it when the socket opens; the clock starts then."""
+    client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+    manager = client.realtime.connect(model="gpt-realtime")
+    manager.send({"type": "response.create"})
+    async with manager as conn:
+        async for event in conn:
+            if event.type == "response.done":
+                break
+    (resp,) = _responses(telemetry)
+    a = resp.attributes or {}
+    assert a[sc.FT_REALTIME_HANDOFF] == "response.create"
+    _within(a[sc.FT_REALTIME_TIME_TO_FIRST_AUDIO], FIRST)

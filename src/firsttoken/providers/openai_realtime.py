@@ -311,6 +311,8 @@ class RealtimeHooks:
             weakref.WeakKeyDictionary()
         )
         self.sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
+        self.queued: weakref.WeakSet[Any] = weakref.WeakSet()
+        """Managers the app queued a ``response.create`` on before connecting (sent on entering)."""
 
     def connect(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         manager = wrapped(*args, **kwargs)
@@ -336,11 +338,22 @@ class RealtimeHooks:
             internal_error("starting a realtime session failed")
             return None
 
-    def _entered(self, session: _Session | None, connection: Any) -> None:
+    def queue(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            if common.get(args[0] if args else kwargs.get("event"), "type") == "response.create":
+                self.queued.add(instance)
+        except Exception:
+            internal_error("reading a queued realtime client event failed")
+        return wrapped(*args, **kwargs)
+
+    def _entered(self, session: _Session | None, manager: Any, connection: Any) -> None:
         if session is None:
             return
         try:
             session.opened()
+            if manager in self.queued:  # the SDK sent it on entering, just now
+                self.queued.discard(manager)
+                session.sent({"type": "response.create"})
             self.sessions[connection] = session
             weakref.finalize(connection, session.end, sc.END_ABANDONED)
         except Exception:
@@ -361,7 +374,7 @@ class RealtimeHooks:
         except BaseException as exc:
             self._failed(session, exc)
             raise
-        self._entered(session, connection)
+        self._entered(session, instance, connection)
         return connection
 
     async def aenter(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -371,7 +384,7 @@ class RealtimeHooks:
         except BaseException as exc:
             self._failed(session, exc)
             raise
-        self._entered(session, connection)
+        self._entered(session, instance, connection)
         return connection
 
     def _received(self, instance: Any, event: Any) -> None:
@@ -461,6 +474,8 @@ def patch(patches: Patches, recorder: Recorder, provider_of: common.ProviderReso
         ("RealtimeConnectionManager.enter", hooks.enter),
         ("AsyncRealtimeConnectionManager.__aenter__", hooks.aenter),
         ("AsyncRealtimeConnectionManager.enter", hooks.aenter),
+        ("RealtimeConnectionManager.send", hooks.queue),
+        ("AsyncRealtimeConnectionManager.send", hooks.queue),
         ("RealtimeConnection.recv", hooks.recv),
         ("AsyncRealtimeConnection.recv", hooks.arecv),
         ("RealtimeConnection.send", hooks.send),
