@@ -221,7 +221,8 @@ async def test_parallel_sessions(telemetry: Telemetry, rt: RealtimeSimulator) ->
                 if event.type == "response.done":
                     break
 
-    await asyncio.gather(*(one(n) for n in range(4)))
+    async with firsttoken.action("voice", traffic_class="interactive"):
+        await asyncio.gather(*(one(n) for n in range(4)))
     sessions = {s.context.span_id: s for s in _sessions(telemetry)}
     responses = _responses(telemetry)
     assert len(sessions) == len(responses) == 4
@@ -233,6 +234,7 @@ async def test_parallel_sessions(telemetry: Telemetry, rt: RealtimeSimulator) ->
         a = resp.attributes or {}
         _within(a[sc.FT_REALTIME_TIME_TO_FIRST_TEXT], FIRST)
         assert sc.FT_REALTIME_TIME_TO_FIRST_AUDIO not in a
+        assert a[sc.FT_TRAFFIC_CLASS] == "interactive"
 
 
 async def test_capture_on(rt: RealtimeSimulator) -> None:

@@ -34,6 +34,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from .. import semconv as sc
 from .._internal import internal_error
 from .._patch import Patches
+from ..context import TRAFFIC_CLASS
 from ..recorder import Recorder
 from ..timeline import Timeline, is_cancellation
 from . import _common as common
@@ -42,6 +43,8 @@ _MODULE = "openai.resources.realtime.realtime"
 
 _FORMAT_BYTES_PER_S = {"audio/pcm": 2 * 24_000, "audio/pcmu": 8_000, "audio/pcma": 8_000}
 """Output audio bytes per second of each format the API sends (PCM16 at 24 kHz; G.711 at 8 kHz)."""
+
+_EMPTY: dict[str, Any] = {}
 
 _TEXT_DELTAS = frozenset({"response.output_text.delta", "response.output_audio_transcript.delta"})
 _OUTPUT_DELTAS = _TEXT_DELTAS | {"response.output_audio.delta", "response.function_call_arguments.delta"}
@@ -91,6 +94,8 @@ class _Session:
         )
         self.lock = threading.Lock()
         self.capture = recorder.settings.capture_content
+        self.traffic_class = TRAFFIC_CLASS.get()
+        """The app's traffic class where it connected: every response of the session is of it."""
         self.audio_bytes_per_s = _FORMAT_BYTES_PER_S["audio/pcm"]
         self.handoff: tuple[int, int, str] | None = None
         """The turn handed to the model and not yet answered: (perf ns, wall ns, what)."""
@@ -112,21 +117,26 @@ class _Session:
     # -- the server's side -----------------------------------------------------------------
 
     def received(self, event: Any, now: int) -> None:
-        kind = common.get(event, "type")
+        # The SDK's events are pydantic models (fields in __dict__) or, for a type it does not know, dicts.
+        fields = event if isinstance(event, dict) else getattr(event, "__dict__", _EMPTY)
+        kind = fields.get("type")
         if kind in _OUTPUT_DELTAS:
-            r = self.responses.get(common.get(event, "response_id"))
+            r = self.responses.get(fields.get("response_id"))
             if r is None:
                 return
             r.tl.output_token(now)
             if kind == "response.output_audio.delta":
                 if r.first_audio_ns is None:
                     r.first_audio_ns = now
-                r.audio_bytes += _b64_bytes(common.get(event, "delta") or "")
+                delta = fields.get("delta")
+                if isinstance(delta, str):
+                    r.audio_bytes += _b64_bytes(delta)
             elif kind in _TEXT_DELTAS:
                 if r.first_text_ns is None:
                     r.first_text_ns = now
-                if r.tl.capture is not None:
-                    common.append_output(r.tl, common.get(event, "delta") or "")
+                delta = fields.get("delta")
+                if r.tl.capture is not None and isinstance(delta, str):
+                    common.append_output(r.tl, delta)
             return
         if kind == "response.created":
             self._created(common.get(event, "response"), now)
@@ -173,6 +183,7 @@ class _Session:
         tl.first_chunk_ns = now
         tl.last_chunk_ns = now
         tl.extra[sc.FT_REALTIME_HANDOFF] = "response.created" if handoff is None else handoff[2]
+        tl.traffic_class = self.traffic_class
         if self.capture:
             tl.capture = {}
         token = otel_context.attach(trace.set_span_in_context(self.span))
@@ -229,6 +240,7 @@ class _Session:
             start=(handoff[0], handoff[1], None),
         )
         tl.extra[sc.FT_REALTIME_HANDOFF] = handoff[2]
+        tl.traffic_class = self.traffic_class
         token = otel_context.attach(trace.set_span_in_context(self.span))
         try:
             self.recorder.start(tl)
