@@ -118,10 +118,11 @@ class _Session:
 
     def received(self, event: Any, now: int) -> None:
         # The SDK's events are pydantic models (fields in __dict__) or, for a type it does not know, dicts.
-        fields = event if isinstance(event, dict) else getattr(event, "__dict__", _EMPTY)
+        fields: dict[str, Any] = event if isinstance(event, dict) else getattr(event, "__dict__", _EMPTY)
         kind = fields.get("type")
         if kind in _OUTPUT_DELTAS:
-            r = self.responses.get(fields.get("response_id"))
+            rid = fields.get("response_id")
+            r = self.responses.get(rid) if isinstance(rid, str) else None
             if r is None:
                 return
             r.tl.output_token(now)
