@@ -210,6 +210,38 @@ async def test_server_error_event(telemetry: Telemetry) -> None:
     assert s[sc.FT_END_REASON] == sc.END_CLOSED  # the session went on: the app closed it
 
 
+async def test_error_naming_the_response_create(telemetry: Telemetry) -> None:
+    """An error whose event_id names the app's response.create fails that response at once."""
+    with RealtimeSimulator(RealtimeTiming(error_on_response=True)) as rt:
+        client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+        async with client.realtime.connect(model="gpt-realtime") as conn:
+            await conn.response.create(event_id="evt_ask")
+            async for event in conn:
+                if event.type == "error":
+                    (resp,) = _responses(telemetry)  # recorded before the app read the error
+                    assert (resp.attributes or {})[sc.ERROR_TYPE] == "server_error"
+                    break
+        _check_events(rt)
+
+
+async def test_error_answering_another_event(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
+    """An error that answers another client event (a cancel with nothing to cancel) fails no response."""
+    client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+    async with client.realtime.connect(model="gpt-realtime") as conn:
+        await conn.response.cancel()
+        await conn.response.create()
+        async for event in conn:
+            if event.type == "response.done":
+                break
+    (session,) = _sessions(telemetry)
+    (resp,) = _responses(telemetry)
+    a = resp.attributes or {}
+    assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert a[sc.FT_REALTIME_HANDOFF] == "response.create"
+    _within(a[sc.FT_TIME_TO_FIRST_TOKEN], FIRST)
+    assert (session.attributes or {})[sc.FT_REALTIME_ERRORS] == 1
+
+
 async def test_parallel_sessions(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
     client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
 

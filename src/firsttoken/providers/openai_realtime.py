@@ -56,14 +56,27 @@ def _b64_bytes(encoded: str) -> int:
     return n * 3 // 4 - (2 if encoded.endswith("==") else 1 if encoded.endswith("=") else 0)
 
 
+class _Handoff:
+    """A turn handed to the model and not answered yet (no ``response.created``)."""
+
+    __slots__ = ("at_ns", "error", "event_id", "source", "wall_ns")
+
+    def __init__(self, at_ns: int, source: str, event_id: Any = None) -> None:
+        self.at_ns, self.wall_ns = at_ns, time.time_ns()
+        self.source = source
+        self.event_id = event_id if isinstance(event_id, str) else None
+        """The ``response.create``'s own ``event_id``, when the app gave one: errors name it."""
+        self.error: tuple[int, str, str | None] | None = None
+        """An ``error`` event that may answer it: (when, error.type, message)."""
+
+
 class _Response:
     """One response's extra marks (the Timeline holds the rest)."""
 
-    __slots__ = ("audio_bytes", "first_audio_ns", "first_text_ns", "handoff", "tl")
+    __slots__ = ("audio_bytes", "first_audio_ns", "first_text_ns", "tl")
 
-    def __init__(self, tl: Timeline, handoff: str) -> None:
+    def __init__(self, tl: Timeline) -> None:
         self.tl = tl
-        self.handoff = handoff
         self.first_audio_ns: int | None = None
         self.first_text_ns: int | None = None
         self.audio_bytes = 0
@@ -97,8 +110,7 @@ class _Session:
         self.traffic_class = TRAFFIC_CLASS.get()
         """The app's traffic class where it connected: every response of the session is of it."""
         self.audio_bytes_per_s = _FORMAT_BYTES_PER_S["audio/pcm"]
-        self.handoff: tuple[int, int, str] | None = None
-        """The turn handed to the model and not yet answered: (perf ns, wall ns, what)."""
+        self.handoff: _Handoff | None = None
         self.responses: dict[str, _Response] = {}
         self.response_count = 0
         self.errors = 0
@@ -111,8 +123,14 @@ class _Session:
 
     def sent(self, event: Any) -> None:
         if common.get(event, "type") == "response.create":
-            with self.lock:
-                self.handoff = (time.perf_counter_ns(), time.time_ns(), "response.create")
+            self._hand_off(_Handoff(time.perf_counter_ns(), "response.create", common.get(event, "event_id")))
+
+    def _hand_off(self, handoff: _Handoff | None) -> None:
+        """A new turn (None: the pending one is answered). A pending one an ``error`` answered failed."""
+        with self.lock:
+            pending, self.handoff = self.handoff, handoff
+        if pending is not None and pending.error is not None:
+            self._refused(pending, *pending.error)
 
     # -- the server's side -----------------------------------------------------------------
 
@@ -144,12 +162,10 @@ class _Session:
         elif kind == "response.done":
             self._done(common.get(event, "response"), now)
         elif kind == "input_audio_buffer.speech_stopped":
-            with self.lock:
-                self.handoff = (now, time.time_ns(), "speech_stopped")
+            self._hand_off(_Handoff(now, "speech_stopped"))
         elif kind == "input_audio_buffer.committed":
-            with self.lock:
-                if self.handoff is None:
-                    self.handoff = (now, time.time_ns(), "committed")
+            if self.handoff is None:
+                self._hand_off(_Handoff(now, "committed"))
         elif kind == "error":
             self._error(common.get(event, "error"), now)
         elif kind in ("session.created", "session.updated"):
@@ -168,8 +184,18 @@ class _Session:
         if not isinstance(rid, str):
             return
         with self.lock:
-            handoff, self.handoff = self.handoff, None
-        start = (now, time.time_ns(), None) if handoff is None else (handoff[0], handoff[1], None)
+            handoff, self.handoff = self.handoff, None  # answered: an error seen meanwhile was another's
+        tl = self._call(handoff or _Handoff(now, "response.created"))
+        tl.response_id = rid
+        tl.first_chunk_ns = now
+        tl.last_chunk_ns = now
+        if self.capture:
+            tl.capture = {}
+        self.responses[rid] = _Response(tl)
+        self.response_count += 1
+
+    def _call(self, handoff: _Handoff) -> Timeline:
+        """A response's call, started at its hand-off, under the session span."""
         tl = Timeline(
             provider=self.provider,
             operation=sc.OP_REALTIME,
@@ -178,22 +204,16 @@ class _Session:
             server_port=self.port,
             stream=True,
             on_finish=self.recorder.finish,
-            start=start,
+            start=(handoff.at_ns, handoff.wall_ns, None),
         )
-        tl.response_id = rid
-        tl.first_chunk_ns = now
-        tl.last_chunk_ns = now
-        tl.extra[sc.FT_REALTIME_HANDOFF] = "response.created" if handoff is None else handoff[2]
+        tl.extra[sc.FT_REALTIME_HANDOFF] = handoff.source
         tl.traffic_class = self.traffic_class
-        if self.capture:
-            tl.capture = {}
         token = otel_context.attach(trace.set_span_in_context(self.span))
         try:
             self.recorder.start(tl)
         finally:
             otel_context.detach(token)
-        self.responses[rid] = _Response(tl, tl.extra[sc.FT_REALTIME_HANDOFF])
-        self.response_count += 1
+        return tl
 
     def _done(self, response: Any, now: int) -> None:
         r = self.responses.pop(common.get(response, "id"), None)
@@ -224,31 +244,25 @@ class _Session:
         self.errors += 1
         kind = str(common.get(error, "code") or common.get(error, "type") or "error")
         self.span.add_event(sc.EVENT_REALTIME_ERROR, {sc.ERROR_TYPE: kind}, timestamp=time.time_ns())
+        message = common.get(error, "message")
+        answered = common.get(error, "event_id")
         with self.lock:
             handoff = self.handoff
-            if handoff is None or handoff[2] != "response.create":
+            if handoff is None or handoff.source != "response.create":
+                return
+            if handoff.event_id is None or not isinstance(answered, str):
+                # Which client event it answers is not said: it failed the pending response.create if
+                # no response.created follows before the next turn or the session's end.
+                handoff.error = (now, kind, message if isinstance(message, str) else None)
+                return
+            if answered != handoff.event_id:
                 return
             self.handoff = None
-        # The server refused the response the app asked for: a failed call.
-        tl = Timeline(
-            provider=self.provider,
-            operation=sc.OP_REALTIME,
-            request_model=self.model,
-            server_address=self.host,
-            server_port=self.port,
-            stream=True,
-            on_finish=self.recorder.finish,
-            start=(handoff[0], handoff[1], None),
-        )
-        tl.extra[sc.FT_REALTIME_HANDOFF] = handoff[2]
-        tl.traffic_class = self.traffic_class
-        token = otel_context.attach(trace.set_span_in_context(self.span))
-        try:
-            self.recorder.start(tl)
-        finally:
-            otel_context.detach(token)
-        message = common.get(error, "message")
-        tl.finish(sc.END_ERROR, now, kind, message if isinstance(message, str) else None)
+        self._refused(handoff, now, kind, message if isinstance(message, str) else None)
+
+    def _refused(self, handoff: _Handoff, now: int, kind: str, message: str | None) -> None:
+        """The server answered the app's ``response.create`` with an ``error``: a failed call."""
+        self._call(handoff).finish(sc.END_ERROR, now, kind, message)
 
     def _finish(self, r: _Response, reason: str, now: int, error_type: str | None = None, message: Any = None) -> None:
         tl = r.tl
@@ -273,6 +287,7 @@ class _Session:
                 return
             self.ended = True
         now = time.perf_counter_ns()
+        self._hand_off(None)
         for r in list(self.responses.values()):
             if reason == sc.END_DROPPED:
                 self._finish(r, sc.END_ERROR, now, error_type or "ConnectionClosed")

@@ -54,6 +54,13 @@ class RealtimeTiming:
     drop_after_deltas: int | None = None
 
 
+def _answering(error: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
+    """An error object naming the client event it answers, when that event had an ``event_id``."""
+    if isinstance(event.get("event_id"), str):
+        error["event_id"] = event["event_id"]
+    return error
+
+
 class _Session:
     """One websocket connection's state."""
 
@@ -122,12 +129,8 @@ class _Session:
             await self.send({"type": "input_audio_buffer.committed", "item_id": _id("item"), "previous_item_id": None})
         elif kind == "response.create":
             if self.sim.timing.error_on_response:
-                await self.send(
-                    {
-                        "type": "error",
-                        "error": {"type": "server_error", "code": "server_error", "message": "The server had an error"},
-                    }
-                )
+                error = {"type": "server_error", "code": "server_error", "message": "The server had an error"}
+                await self.send({"type": "error", "error": _answering(error, event)})
                 return
             self._respond()
         elif kind == "response.cancel":
@@ -135,16 +138,12 @@ class _Session:
                 self.task.cancel()
                 await self._done(self.response_id or "", "cancelled", 0, reason="client_cancelled")
             else:
-                await self.send(
-                    {
-                        "type": "error",
-                        "error": {
-                            "type": "invalid_request_error",
-                            "code": "response_cancel_not_active",
-                            "message": "Cancellation failed: no active response found",
-                        },
-                    }
-                )
+                error = {
+                    "type": "invalid_request_error",
+                    "code": "response_cancel_not_active",
+                    "message": "Cancellation failed: no active response found",
+                }
+                await self.send({"type": "error", "error": _answering(error, event)})
 
     def _respond(self) -> None:
         self.response_id = _id("resp")
