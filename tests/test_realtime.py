@@ -191,6 +191,29 @@ async def test_dropped_socket(telemetry: Telemetry) -> None:
     assert resp.status.status_code == StatusCode.ERROR
 
 
+async def test_sdk_reconnects_after_a_drop(telemetry: Telemetry) -> None:
+    """With on_reconnecting the SDK opens a new websocket and iterates on: a new session span."""
+    timing = RealtimeTiming(first_delta_s=0.05, delta_interval_s=STEP, deltas=DELTAS, drop_after_deltas=1)
+    with RealtimeSimulator(timing) as rt:
+        client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+        async with client.realtime.connect(
+            model="gpt-realtime", on_reconnecting=lambda _: None, initial_delay=0.01, max_delay=0.01
+        ) as conn:
+            await conn.response.create()
+            created = 0
+            async for event in conn:
+                created += event.type == "session.created"
+                if created == 2:
+                    break
+    first, second = sorted(_sessions(telemetry), key=lambda s: s.start_time or 0)
+    assert (first.attributes or {})[sc.FT_END_REASON] == sc.END_DROPPED
+    assert (second.attributes or {})[sc.FT_END_REASON] == sc.END_CLOSED
+    assert (second.attributes or {})[sc.FT_REALTIME_RECONNECTED] is True
+    (resp,) = _responses(telemetry)
+    assert resp.parent is not None and resp.parent.span_id == first.context.span_id
+    assert (resp.attributes or {})[sc.FT_END_REASON] == sc.END_ERROR
+
+
 async def test_server_error_event(telemetry: Telemetry) -> None:
     with RealtimeSimulator(RealtimeTiming(error_on_response=True)) as rt:
         client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)

@@ -14,8 +14,8 @@ the events going by, never changing them:
   ``response.done`` with its usage and status.
 
 Per event: a clock read, a type lookup, and for an output delta the writes of any stream chunk (an
-audio delta also adds its base64 length). The SDK's reconnection (``on_reconnecting``) is its own
-business: events read after it continue the same session.
+audio delta also adds its base64 length). A reconnection by the SDK (``on_reconnecting``) is a new
+server session, so a new session span.
 """
 
 from __future__ import annotations
@@ -419,9 +419,24 @@ class RealtimeHooks:
         session = self.sessions.get(instance)
         if session is not None:
             try:
+                if session.ended:
+                    session = self._reconnected(instance, session, event)
+                    if session is None:
+                        return
                 session.received(event, time.perf_counter_ns())
             except Exception:
                 internal_error("reading a realtime event failed")
+
+    def _reconnected(self, connection: Any, old: _Session, event: Any) -> _Session | None:
+        """The SDK reconnected after a drop (``on_reconnecting``): the server's new session is a new
+        session span, from its ``session.created`` (the new websocket's connect time is not seen)."""
+        if common.get(event, "type") != "session.created":
+            return None
+        session = _Session(self.recorder, old.provider, old.model, old.host, old.port)
+        session.span.set_attribute(sc.FT_REALTIME_RECONNECTED, True)
+        self.sessions[connection] = session
+        weakref.finalize(connection, session.end, sc.END_ABANDONED)
+        return session
 
     def _recv_failed(self, instance: Any, exc: BaseException) -> None:
         session = self.sessions.get(instance)
