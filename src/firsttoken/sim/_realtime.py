@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import threading
@@ -147,7 +148,13 @@ class _Session:
 
     def _respond(self) -> None:
         self.response_id = _id("resp")
-        self.task = asyncio.ensure_future(self._response(self.response_id))
+        self.task = asyncio.ensure_future(self._answer(self.response_id))
+
+    async def _answer(self, response_id: str) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        with contextlib.suppress(ConnectionClosed):  # the client went mid-answer
+            await self._response(response_id)
 
     async def _response(self, response_id: str) -> None:
         timing = self.sim.timing
@@ -256,6 +263,8 @@ class RealtimeSimulator:
     async def _connection(self, ws: Any) -> None:
         from urllib.parse import parse_qs, urlsplit
 
+        from websockets.exceptions import ConnectionClosed
+
         with self._lock:
             self.connections += 1
         query = parse_qs(urlsplit(ws.request.path).query)
@@ -264,7 +273,7 @@ class RealtimeSimulator:
         try:
             async for message in ws:
                 await session.handle(json.loads(message))
-        except Exception:  # a client gone mid-answer: its connection is over
+        except ConnectionClosed:  # the client went: its connection is over
             pass
         finally:
             if session.task is not None:
