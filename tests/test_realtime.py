@@ -306,6 +306,10 @@ async def test_capture_on(rt: RealtimeSimulator) -> None:
                     break
     finally:
         firsttoken.uninstrument()
+    from openai.resources.realtime import realtime
+
+    assert not hasattr(realtime.AsyncRealtimeConnection.recv, "_self_firsttoken")  # undone
+    assert "close" not in vars(realtime.AsyncRealtimeConnection)  # inherited: the subclass's own is gone
     (resp,) = _responses(t)
     assert "Hello" * DELTAS in str((resp.attributes or {})[sc.GEN_AI_OUTPUT_MESSAGES])
 
