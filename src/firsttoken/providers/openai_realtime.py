@@ -59,7 +59,7 @@ def _b64_bytes(encoded: str) -> int:
 class _Handoff:
     """A turn handed to the model and not answered yet (no ``response.created``)."""
 
-    __slots__ = ("at_ns", "error", "event_id", "source", "wall_ns")
+    __slots__ = ("at_ns", "error", "event_id", "source", "tool_wait_ns", "wall_ns")
 
     def __init__(self, at_ns: int, source: str, event_id: Any = None) -> None:
         self.at_ns, self.wall_ns = at_ns, time.time_ns()
@@ -68,17 +68,20 @@ class _Handoff:
         """The ``response.create``'s own ``event_id``, when the app gave one: errors name it."""
         self.error: tuple[int, str, str | None] | None = None
         """An ``error`` event that may answer it: (when, error.type, message)."""
+        self.tool_wait_ns: int | None = None
+        """The previous response called tools and ended this long before this turn: the app's tools ran."""
 
 
 class _Response:
     """One response's extra marks (the Timeline holds the rest)."""
 
-    __slots__ = ("audio_bytes", "first_audio_ns", "first_text_ns", "tl")
+    __slots__ = ("audio_bytes", "first_audio_ns", "first_text_ns", "first_tool_ns", "tl")
 
     def __init__(self, tl: Timeline) -> None:
         self.tl = tl
         self.first_audio_ns: int | None = None
         self.first_text_ns: int | None = None
+        self.first_tool_ns: int | None = None
         self.audio_bytes = 0
 
 
@@ -111,6 +114,8 @@ class _Session:
         """The app's traffic class where it connected: every response of the session is of it."""
         self.audio_bytes_per_s = _FORMAT_BYTES_PER_S["audio/pcm"]
         self.handoff: _Handoff | None = None
+        self.tools_called_ns: int | None = None
+        """When the last response, if it called tools, ended: the app runs them, then asks again."""
         self.responses: dict[str, _Response] = {}
         self.response_count = 0
         self.errors = 0
@@ -129,6 +134,10 @@ class _Session:
         """A new turn (None: the pending one is answered). A pending one an ``error`` answered failed."""
         with self.lock:
             pending, self.handoff = self.handoff, handoff
+            if handoff is not None:
+                if self.tools_called_ns is not None and handoff.source == "response.create":
+                    handoff.tool_wait_ns = handoff.at_ns - self.tools_called_ns
+                self.tools_called_ns = None
         if pending is not None and pending.error is not None:
             self._refused(pending, *pending.error)
 
@@ -156,6 +165,8 @@ class _Session:
                 delta = fields.get("delta")
                 if r.tl.capture is not None and isinstance(delta, str):
                     common.append_output(r.tl, delta)
+            elif r.first_tool_ns is None:
+                r.first_tool_ns = now
             return
         if kind == "response.created":
             self._created(common.get(event, "response"), now)
@@ -207,6 +218,8 @@ class _Session:
             start=(handoff.at_ns, handoff.wall_ns, None),
         )
         tl.extra[sc.FT_REALTIME_HANDOFF] = handoff.source
+        if handoff.tool_wait_ns is not None:
+            tl.extra[sc.FT_REALTIME_TOOL_WAIT] = handoff.tool_wait_ns / 1e9
         tl.traffic_class = self.traffic_class
         token = otel_context.attach(trace.set_span_in_context(self.span))
         try:
@@ -231,6 +244,13 @@ class _Session:
         if isinstance(reason, str):
             tl.extra[sc.FT_REALTIME_STATUS_REASON] = reason
         _read_usage(tl, common.get(response, "usage"))
+        output = common.get(response, "output")
+        tools = sum(common.get(item, "type") == "function_call" for item in output) if isinstance(output, list) else 0
+        if tools:
+            tl.extra[sc.FT_REALTIME_TOOL_CALLS] = tools
+            if status == "completed":
+                with self.lock:
+                    self.tools_called_ns = now
         if status == "cancelled":
             self._finish(r, sc.END_CANCELLED, now)
         elif status == "failed":
@@ -270,6 +290,7 @@ class _Session:
         for key, mark in (
             (sc.FT_REALTIME_TIME_TO_FIRST_AUDIO, r.first_audio_ns),
             (sc.FT_REALTIME_TIME_TO_FIRST_TEXT, r.first_text_ns),
+            (sc.FT_REALTIME_TIME_TO_FIRST_TOOL_CALL, r.first_tool_ns),
             (sc.FT_REALTIME_TIME_TO_LAST_DELTA, tl.last_token_ns),
         ):
             if mark is not None:

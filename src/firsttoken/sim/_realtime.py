@@ -11,6 +11,8 @@ and each turn is answered as configured by :class:`RealtimeTiming`:
 - ``response.cancel`` ends the response in progress: ``response.done`` with status ``cancelled``.
 - Faults, per server: ``error_on_response`` answers every ``response.create`` with an ``error``
   event; ``drop_after_deltas`` cuts the TCP connection (no close frame) after that many deltas.
+- ``tool``: a response calls that function (``response.output_item.added``, its arguments as
+  ``response.function_call_arguments.delta`` events) until the app sends a ``function_call_output``.
 
 Every event sent is kept in :attr:`RealtimeSimulator.sent` so tests can check each against the SDK's
 own pydantic types (the server does not import openai). The websocket server is the ``websockets``
@@ -53,6 +55,9 @@ class RealtimeTiming:
     cached_tokens: int = 16
     error_on_response: bool = False
     drop_after_deltas: int | None = None
+    tool: str | None = None
+    """A function the model calls: a response not answering that call's output calls it (its
+    arguments streamed as the deltas), the next (after ``function_call_output``) answers as usual."""
 
 
 def _answering(error: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +79,7 @@ class _Session:
         self.task: asyncio.Task[None] | None = None
         self.response_id: str | None = None
         self.audio_ms = 0
+        self.tool_answered = False
 
     async def send(self, event: dict[str, Any]) -> None:
         event["event_id"] = _id("event")
@@ -106,6 +112,8 @@ class _Session:
             await self.send({"type": "session.updated", "session": self._session()})
         elif kind == "conversation.item.create":
             item = dict(event.get("item") or {})
+            if item.get("type") == "function_call_output":
+                self.tool_answered = True
             item.setdefault("id", _id("item"))
             item.setdefault("object", "realtime.item")
             await self.send({"type": "conversation.item.added", "item": item, "previous_item_id": None})
@@ -165,24 +173,43 @@ class _Session:
         item_id = _id("item")
         chunk = base64.b64encode(bytes(2 * SAMPLE_RATE * timing.audio_ms_per_delta // 1000)).decode()
         common = {"response_id": response_id, "item_id": item_id, "output_index": 0, "content_index": 0}
+        call = None
+        if timing.tool is not None and not self.tool_answered:
+            call = {"type": "function_call", "id": item_id, "call_id": _id("call"), "name": timing.tool}
+            await self.send(
+                {
+                    "type": "response.output_item.added",
+                    "response_id": response_id,
+                    "output_index": 0,
+                    "item": {**call, "arguments": "", "status": "in_progress", "object": "realtime.item"},
+                }
+            )
+        self.tool_answered = False
         for k in range(timing.deltas):
             await asyncio.sleep(max(0.0, t0 + timing.first_delta_s + k * timing.delta_interval_s - loop.time()))
             if timing.drop_after_deltas is not None and k >= timing.drop_after_deltas:
                 self.ws.transport.abort()
                 return
-            if audio:
+            if call is not None:
+                args = {"response_id": response_id, "item_id": item_id, "output_index": 0, "call_id": call["call_id"]}
+                await self.send({"type": "response.function_call_arguments.delta", "delta": "{}"[k : k + 1], **args})
+            elif audio:
                 await self.send({"type": "response.output_audio.delta", "delta": chunk, **common})
                 await self.send({"type": "response.output_audio_transcript.delta", "delta": timing.text, **common})
             else:
                 await self.send({"type": "response.output_text.delta", "delta": timing.text, **common})
-        await self._done(response_id, "completed", timing.deltas)
+        output = [] if call is None else [{**call, "arguments": "{}", "status": "completed", "object": "realtime.item"}]
+        await self._done(response_id, "completed", timing.deltas, output=output)
 
-    async def _done(self, response_id: str, status: str, deltas: int, reason: str | None = None) -> None:
+    async def _done(
+        self, response_id: str, status: str, deltas: int, reason: str | None = None, output: list[Any] | None = None
+    ) -> None:
         timing = self.sim.timing
-        audio = "audio" in self.modalities
+        audio = "audio" in self.modalities and not output
         text_tokens = deltas
         audio_tokens = deltas * 5 if audio else 0
         response = self._response_object(response_id, status)
+        response["output"] = output or []
         if reason is not None:
             response["status_details"] = {"type": status, "reason": reason}
         response["usage"] = {
