@@ -326,13 +326,21 @@ class _Session:
         span.end()
 
 
+def _abandoned(session: _Session) -> None:
+    """The connection was collected unclosed (a finalizer: it must not raise)."""
+    try:
+        session.end(sc.END_ABANDONED)
+    except Exception:
+        internal_error("ending an abandoned realtime session failed")
+
+
 def _read_usage(tl: Timeline, usage: Any) -> None:
     if usage is None:
         return
-    for attr, name in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens")):
+    for name in ("input_tokens", "output_tokens"):
         value = common.get(usage, name)
         if isinstance(value, int):
-            setattr(tl, attr, value)
+            setattr(tl, name, value)
     inputs = common.get(usage, "input_token_details")
     cached = common.get(inputs, "cached_tokens")
     if isinstance(cached, int):
@@ -404,7 +412,7 @@ class RealtimeHooks:
                 self.queued.discard(manager)
                 session.sent({"type": "response.create"})
             self.sessions[connection] = session
-            weakref.finalize(connection, session.end, sc.END_ABANDONED)
+            weakref.finalize(connection, _abandoned, session)
         except Exception:
             internal_error("opening a realtime session failed")
 
@@ -456,7 +464,7 @@ class RealtimeHooks:
         session = _Session(self.recorder, old.provider, old.model, old.host, old.port)
         session.span.set_attribute(sc.FT_REALTIME_RECONNECTED, True)
         self.sessions[connection] = session
-        weakref.finalize(connection, session.end, sc.END_ABANDONED)
+        weakref.finalize(connection, _abandoned, session)
         return session
 
     def _recv_failed(self, instance: Any, exc: BaseException) -> None:
