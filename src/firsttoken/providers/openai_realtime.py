@@ -418,11 +418,16 @@ class RealtimeHooks:
 
     @staticmethod
     def _failed(session: _Session | None, exc: BaseException) -> None:
-        if session is not None:
+        """Connecting failed (the app gets its exception, never one of ours)."""
+        if session is None:
+            return
+        try:
             if is_cancellation(exc):
                 session.end(sc.END_CANCELLED)
             else:
                 session.end(sc.END_ERROR, type(exc).__qualname__)
+        except Exception:
+            internal_error("ending a realtime session failed")
 
     def enter(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         session = self._begin(instance)
