@@ -379,3 +379,29 @@ async def test_response_queued_before_connecting(telemetry: Telemetry, rt: Realt
     a = resp.attributes or {}
     assert a[sc.FT_REALTIME_HANDOFF] == "response.create"
     _within(a[sc.FT_REALTIME_TIME_TO_FIRST_AUDIO], FIRST)
+
+
+async def test_a_failing_reader_never_reaches_the_app(
+    telemetry: Telemetry, rt: RealtimeSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In production (internal errors logged, not raised) a reader that fails leaves the app's events alone."""
+    from firsttoken._internal import ENV_VAR
+    from firsttoken.providers import openai_realtime
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("a bug in firsttoken")
+
+    monkeypatch.delenv(ENV_VAR)
+    monkeypatch.setattr(openai_realtime._Session, "received", broken)
+    monkeypatch.setattr(openai_realtime._Session, "sent", broken)
+    client = openai.AsyncOpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+    seen: list[str] = []
+    async with client.realtime.connect(model="gpt-realtime") as conn:
+        await conn.response.create()
+        async for event in conn:
+            seen.append(event.type)
+            if event.type == "response.done":
+                break
+    assert seen == [e["type"] for e in rt.sent]
+    (session,) = _sessions(telemetry)
+    assert (session.attributes or {})[sc.FT_END_REASON] == sc.END_CLOSED
