@@ -98,6 +98,7 @@ async def test_async_turn(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
     assert a[sc.GEN_AI_USAGE_TEXT_OUTPUT_TOKENS] == DELTAS
     assert a[sc.FT_END_REASON] == sc.END_COMPLETED
     assert a[sc.FT_REALTIME_STATUS] == "completed"
+    assert a[sc.FT_CHUNK_COUNT] == 2 + 2 * DELTAS  # created, audio and transcript deltas, done
     assert sc.GEN_AI_OUTPUT_MESSAGES not in a  # capture is off by default
     s = session.attributes or {}
     assert s[sc.FT_END_REASON] == sc.END_CLOSED

@@ -152,6 +152,7 @@ class _Session:
             r = self.responses.get(rid) if isinstance(rid, str) else None
             if r is None:
                 return
+            r.tl.chunk_count += 1
             r.tl.output_token(now)
             if kind == "response.output_audio.delta":
                 if r.first_audio_ns is None:
@@ -200,6 +201,7 @@ class _Session:
         tl.response_id = rid
         tl.first_chunk_ns = now
         tl.last_chunk_ns = now
+        tl.chunk_count = 1
         if self.capture:
             tl.capture = {}
         self.responses[rid] = _Response(tl)
@@ -234,6 +236,7 @@ class _Session:
             return
         tl = r.tl
         tl.last_chunk_ns = now
+        tl.chunk_count += 1
         tl.terminal_seen = True
         status = common.get(response, "status")
         details = common.get(response, "status_details")
