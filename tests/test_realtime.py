@@ -260,6 +260,8 @@ async def test_server_error_event(telemetry: Telemetry) -> None:
     assert resp.status.status_code == StatusCode.ERROR
     s = session.attributes or {}
     assert s[sc.FT_REALTIME_ERRORS] == 1
+    (event,) = session.events
+    assert event.name == sc.EVENT_REALTIME_ERROR and (event.attributes or {})[sc.ERROR_TYPE] == "server_error"
     assert s[sc.FT_END_REASON] == sc.END_CLOSED  # the session went on: the app closed it
 
 

@@ -27,9 +27,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
 from .._internal import internal_error
@@ -45,6 +43,9 @@ _FORMAT_BYTES_PER_S = {"audio/pcm": 2 * 24_000, "audio/pcmu": 8_000, "audio/pcma
 """Output audio bytes per second of each format the API sends (PCM16 at 24 kHz; G.711 at 8 kHz)."""
 
 _EMPTY: dict[str, Any] = {}
+
+_MAX_ERROR_EVENTS = 32
+"""Span events for a session's ``error`` events, at most (all are counted)."""
 
 _TEXT_DELTAS = frozenset({"response.output_text.delta", "response.output_audio_transcript.delta"})
 _OUTPUT_DELTAS = _TEXT_DELTAS | {"response.output_audio.delta", "response.function_call_arguments.delta"}
@@ -97,7 +98,7 @@ class _Session:
         self.host = host
         self.port = port
         self.start_ns, self.start_wall_ns = time.perf_counter_ns(), time.time_ns()
-        attrs: dict[str, Any] = {sc.GEN_AI_PROVIDER_NAME: provider}
+        attrs: dict[str, AttributeValue] = {sc.GEN_AI_PROVIDER_NAME: provider}
         if model:
             attrs[sc.GEN_AI_REQUEST_MODEL] = model
         if host:
@@ -105,9 +106,10 @@ class _Session:
             if port is not None:
                 attrs[sc.SERVER_PORT] = port
         name = f"{sc.SPAN_REALTIME_SESSION} {model}" if model else sc.SPAN_REALTIME_SESSION
-        self.span = recorder.tracer.start_span(
-            name, kind=SpanKind.CLIENT, attributes=attrs, start_time=self.start_wall_ns
-        )
+        self.span = recorder.start_session(name, attrs, self.start_wall_ns)
+        self.facts: dict[str, AttributeValue] = {}
+        """What the session span says at its end, besides how it ended."""
+        self.error_events: list[tuple[int, str, dict[str, AttributeValue]]] = []
         self.lock = threading.Lock()
         self.capture = recorder.settings.capture_content
         self.traffic_class = TRAFFIC_CLASS.get()
@@ -124,7 +126,7 @@ class _Session:
     # -- the app's side --------------------------------------------------------------------
 
     def opened(self) -> None:
-        self.span.set_attribute(sc.FT_REALTIME_CONNECT_TIME, (time.perf_counter_ns() - self.start_ns) / 1e9)
+        self.facts[sc.FT_REALTIME_CONNECT_TIME] = (time.perf_counter_ns() - self.start_ns) / 1e9
 
     def sent(self, event: Any) -> None:
         if common.get(event, "type") == "response.create":
@@ -186,7 +188,7 @@ class _Session:
     def _session(self, session: Any) -> None:
         model = common.get(session, "model")
         if isinstance(model, str) and model:
-            self.span.set_attribute(sc.GEN_AI_RESPONSE_MODEL, model)
+            self.facts[sc.GEN_AI_RESPONSE_MODEL] = model
         fmt = common.get(common.get(common.get(common.get(session, "audio"), "output"), "format"), "type")
         if isinstance(fmt, str) and fmt in _FORMAT_BYTES_PER_S:
             self.audio_bytes_per_s = _FORMAT_BYTES_PER_S[fmt]
@@ -223,11 +225,7 @@ class _Session:
         if handoff.tool_wait_ns is not None:
             tl.extra[sc.FT_REALTIME_TOOL_WAIT] = handoff.tool_wait_ns / 1e9
         tl.traffic_class = self.traffic_class
-        token = otel_context.attach(trace.set_span_in_context(self.span))
-        try:
-            self.recorder.start(tl)
-        finally:
-            otel_context.detach(token)
+        self.recorder.start_in(tl, self.span)
         return tl
 
     def _done(self, response: Any, now: int) -> None:
@@ -266,7 +264,8 @@ class _Session:
     def _error(self, error: Any, now: int) -> None:
         self.errors += 1
         kind = str(common.get(error, "code") or common.get(error, "type") or "error")
-        self.span.add_event(sc.EVENT_REALTIME_ERROR, {sc.ERROR_TYPE: kind}, timestamp=time.time_ns())
+        if len(self.error_events) < _MAX_ERROR_EVENTS:
+            self.error_events.append((time.time_ns(), sc.EVENT_REALTIME_ERROR, {sc.ERROR_TYPE: kind}))
         message = common.get(error, "message")
         answered = common.get(error, "event_id")
         with self.lock:
@@ -318,15 +317,12 @@ class _Session:
             else:
                 self._finish(r, sc.END_CLOSED if reason != sc.END_ABANDONED else reason, now)
         self.responses.clear()
-        span = self.span
-        span.set_attribute(sc.FT_END_REASON, reason)
-        span.set_attribute(sc.FT_REALTIME_RESPONSES, self.response_count)
+        facts = self.facts
+        facts[sc.FT_END_REASON] = reason
+        facts[sc.FT_REALTIME_RESPONSES] = self.response_count
         if self.errors:
-            span.set_attribute(sc.FT_REALTIME_ERRORS, self.errors)
-        if error_type is not None:
-            span.set_attribute(sc.ERROR_TYPE, error_type)
-            span.set_status(Status(StatusCode.ERROR, error_type))
-        span.end()
+            facts[sc.FT_REALTIME_ERRORS] = self.errors
+        self.recorder.end_session(self.span, facts, self.error_events, error_type)
 
 
 def _abandoned(session: _Session) -> None:
@@ -470,7 +466,7 @@ class RealtimeHooks:
         if common.get(event, "type") != "session.created":
             return None
         session = _Session(self.recorder, old.provider, old.model, old.host, old.port)
-        session.span.set_attribute(sc.FT_REALTIME_RECONNECTED, True)
+        session.facts[sc.FT_REALTIME_RECONNECTED] = True
         self.sessions[connection] = session
         weakref.finalize(connection, _abandoned, session)
         return session
