@@ -13,6 +13,7 @@ import base64
 import gc
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
@@ -322,6 +323,28 @@ async def test_parallel_sessions(telemetry: Telemetry, rt: RealtimeSimulator) ->
         _within(a[sc.FT_REALTIME_TIME_TO_FIRST_TEXT], FIRST)
         assert sc.FT_REALTIME_TIME_TO_FIRST_AUDIO not in a
         assert a[sc.FT_TRAFFIC_CLASS] == "interactive"
+
+
+def test_parallel_sync_sessions_in_threads(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
+    client = openai.OpenAI(api_key="k", websocket_base_url=rt.websocket_base_url)
+
+    def one(n: int) -> None:
+        with client.realtime.connect(model=f"gpt-realtime-{n}") as conn:
+            conn.response.create()
+            for event in conn:
+                if event.type == "response.done":
+                    break
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        list(pool.map(one, range(3)))
+    sessions = {s.context.span_id: s for s in _sessions(telemetry)}
+    responses = _responses(telemetry)
+    assert len(sessions) == len(responses) == 3
+    for resp in responses:
+        assert resp.parent is not None
+        model = (resp.attributes or {})[sc.GEN_AI_REQUEST_MODEL]
+        assert (sessions[resp.parent.span_id].attributes or {})[sc.GEN_AI_REQUEST_MODEL] == model
+        _within((resp.attributes or {})[sc.FT_REALTIME_TIME_TO_FIRST_AUDIO], FIRST)
 
 
 async def test_capture_on(rt: RealtimeSimulator) -> None:
