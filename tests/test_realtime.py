@@ -105,7 +105,7 @@ async def test_async_turn(telemetry: Telemetry, rt: RealtimeSimulator) -> None:
     assert s[sc.FT_END_REASON] == sc.END_CLOSED
     assert s[sc.FT_REALTIME_RESPONSES] == 1
     assert s[sc.GEN_AI_RESPONSE_MODEL] == "gpt-realtime"
-    assert 0 < s[sc.FT_REALTIME_CONNECT_TIME] < SLACK
+    assert 0 < s[sc.FT_REALTIME_CONNECT_TIME] < 10 * SLACK  # a loopback connect, on a busy machine
     ops = {dict(p.attributes)[sc.GEN_AI_OPERATION_NAME] for p in telemetry.metrics()[sc.M_OPERATION_DURATION]}
     assert ops == {sc.OP_REALTIME}
 
@@ -147,10 +147,11 @@ def test_sync_server_vad_barge_in(telemetry: Telemetry) -> None:
     assert (answered.attributes or {})[sc.FT_END_REASON] == sc.END_COMPLETED
     # The clock starts when speech_stopped arrives, which the server sent FIRST before the first delta:
     # its own delivery delay comes off, so the check is against what the app saw (both stamped as
-    # recv() returns: apart by the app's few lines and a thread switch at most), and under FIRST + SLACK.
+    # recv() returns: apart by the app's few lines and a thread switch, which a loaded machine may make
+    # long: half a second), and under FIRST + SLACK.
     seen = marks["response.output_audio.delta"] - marks["input_audio_buffer.speech_stopped"]
     measured = c[sc.FT_REALTIME_TIME_TO_FIRST_AUDIO]
-    assert abs(measured - seen) < 0.2, (measured, seen)
+    assert abs(measured - seen) < 0.5, (measured, seen)
     assert 0 < measured <= FIRST + SLACK
     _within((answered.attributes or {})[sc.FT_REALTIME_TIME_TO_FIRST_AUDIO], 0.0)
 

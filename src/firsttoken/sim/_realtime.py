@@ -10,7 +10,7 @@ and each turn is answered as configured by :class:`RealtimeTiming`:
   transcript delta; text responses carry text deltas), then ``response.done`` with usage.
 - ``response.cancel`` ends the response in progress: ``response.done`` with status ``cancelled``.
 - Faults, per server: ``error_on_response`` answers every ``response.create`` with an ``error``
-  event; ``drop_after_deltas`` cuts the TCP connection (no close frame) after that many deltas.
+  event; ``drop_after_deltas`` ends the TCP connection (no close frame) after that many deltas.
 - ``tool``: a response calls that function (``response.output_item.added``, its arguments as
   ``response.function_call_arguments.delta`` events) until the app sends a ``function_call_output``.
 
@@ -188,7 +188,9 @@ class _Session:
         for k in range(timing.deltas):
             await asyncio.sleep(max(0.0, t0 + timing.first_delta_s + k * timing.delta_interval_s - loop.time()))
             if timing.drop_after_deltas is not None and k >= timing.drop_after_deltas:
-                self.ws.transport.abort()
+                # No close frame: the client sees the connection end (1006), after the deltas already
+                # sent (closing, unlike aborting, writes out what the transport still holds).
+                self.ws.transport.close()
                 return
             if call is not None:
                 args = {"response_id": response_id, "item_id": item_id, "output_index": 0, "call_id": call["call_id"]}
