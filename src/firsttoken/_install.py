@@ -118,8 +118,12 @@ def patched() -> list[str]:
 
 def _openai(installation: Installation, module: ModuleType) -> bool:
     from .providers import openai as openai_hooks
+    from .providers import openai_realtime
 
-    return openai_hooks.patch(installation.patches, installation.recorder, installation.provider_of)
+    if not openai_hooks.patch(installation.patches, installation.recorder, installation.provider_of):
+        return False
+    openai_realtime.patch(installation.patches, installation.recorder, installation.provider_of)
+    return True
 
 
 def _anthropic(installation: Installation, module: ModuleType) -> bool:

@@ -262,6 +262,42 @@ class Recorder:
         tl.span = span
         return span
 
+    # -- sessions: a websocket's life, parent of its calls (OpenAI Realtime) -----------------
+
+    def start_session(self, name: str, attributes: dict[str, AttributeValue], start_wall_ns: int) -> Span:
+        """Start a session span (CLIENT) under the app's current context."""
+        return self.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes, start_time=start_wall_ns)
+
+    def start_in(self, tl: Timeline, session: Span) -> Span:
+        """Start a call span as a child of a session span, whatever context is current."""
+        token = otel_context.attach(trace.set_span_in_context(session))
+        try:
+            return self.start(tl)
+        finally:
+            otel_context.detach(token)
+
+    def end_session(
+        self,
+        span: Span,
+        attributes: dict[str, AttributeValue],
+        events: list[tuple[int, str, dict[str, AttributeValue]]],
+        error_type: str | None,
+    ) -> None:
+        """End a session span with what was learnt of it: attributes, (epoch ns, name, attributes)
+        events, and ``error_type`` when it failed. Never raises."""
+        try:
+            if span.is_recording():
+                span.set_attributes(attributes)
+                for at, name, attrs in events:
+                    span.add_event(name, attrs, timestamp=at)
+                if error_type is not None:
+                    span.set_attribute(sc.ERROR_TYPE, error_type)
+                    span.set_status(Status(StatusCode.ERROR, error_type))
+        except Exception:
+            internal_error("recording a session failed")
+        finally:
+            span.end()
+
     # -- end -------------------------------------------------------------------------------
 
     def finish(self, tl: Timeline) -> None:

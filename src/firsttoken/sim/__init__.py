@@ -140,6 +140,11 @@ headers (minus hop-by-hop, ``content-length`` and ``content-encoding``) and body
 back; SSE bodies event by event, paced by the latency model (queue before the headers, then one decode
 step per event); other bodies after the queue delay.
 
+Realtime
+--------
+``RealtimeSimulator(RealtimeTiming(...))`` speaks OpenAI's Realtime protocol on a websocket (needs the
+``websockets`` package: ``openai[realtime]``), for ``client.realtime.connect()``; see ``_realtime``.
+
 CLI: ``python -m firsttoken.sim.cli --port 8000 --queue-ms 200 --decode-tps 40 --provider-timing groq``
 (see ``cli.main``).
 """
@@ -147,6 +152,7 @@ CLI: ``python -m firsttoken.sim.cli --port 8000 --queue-ms 200 --decode-tps 40 -
 from ._cache import CacheConfig
 from ._faults import FAULT_HEADER, Fault
 from ._latency import LatencyModel
+from ._realtime import RealtimeSimulator, RealtimeTiming
 from ._reply import Served
 from ._server import Simulator
 from ._timing import PROVIDER_HEADER, ProviderStyle
@@ -158,6 +164,8 @@ __all__ = [
     "Fault",
     "LatencyModel",
     "ProviderStyle",
+    "RealtimeSimulator",
+    "RealtimeTiming",
     "Served",
     "Simulator",
 ]
