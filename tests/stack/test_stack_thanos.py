@@ -51,12 +51,15 @@ FAST = {"queue_ms": 20, "prefill_ms_per_1k_tokens": 20, "decode_tokens_per_s": 4
 # 3 s to the first token: over the interactive TTFT target (2.5 s, prometheus/slos.yml), so every
 # such call is a bad call of the ttft SLO.
 SLOW = {**FAST, "queue_ms": 3000}
-SLOW_CALLS = 20
-"""Bad calls: over the alerts' minimum of 10 bad calls (min_bad_calls), with a margin for rate()'s
-extrapolation on a fresh series."""
-GOOD_CALLS = 200
-"""Good calls after the bad ones: 20 bad of 232 calls in the 5 minute window is a burn rate of 8.6
-(< 14.4), so the fast page resolves; the ticket (3d > 1) would need over 2,000 and is left firing."""
+SLOW_CALLS = 60
+"""Bad calls. The alerts require 10 bad calls over 30 minutes (min_bad_calls), which
+llm:slo_bad_calls:30m counts as the sum of the 5 minute bad-call rate at minute steps times 60: a
+burst of N bad calls counts N/5 at the first minute step after it, N after five (before any step of a
+new series, the rule's fallback counts all N). With 20 bad calls the page fired, resolved at the next
+minute boundary (4 < 10) and would fire again minutes later; 60 count 12 at the first step."""
+GOOD_CALLS = 420
+"""Good calls after the bad ones: 60 bad of 490 calls in the 5 minute window is a burn rate of 12.2
+(< 14.4), so the fast page resolves; the ticket (3d > 1) would need over 6,000 and is left firing."""
 PAGE, TICKET = "LLMErrorBudgetBurnFast", "LLMErrorBudgetBurnTicket"
 JOB = "firsttoken-regression"
 
@@ -493,7 +496,7 @@ def test_slo_alerts_from_the_ruler_fire_once_survive_a_dead_replica_and_resolve(
                         ):
                             pass
 
-                with futures.ThreadPoolExecutor(10) as pool:
+                with futures.ThreadPoolExecutor(20) as pool:
                     list(pool.map(one, range(n)))
                 meters.force_flush()
 
