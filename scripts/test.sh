@@ -44,12 +44,13 @@ fi
 # The bench HTML report is opened in headless Chromium (Debian's package).
 scripts/install_chromium.sh
 
-# The builds the real-stack and real-server tests need (the Collector, Prometheus, Alertmanager and
-# Jaeger from Go modules; llama.cpp's llama-server) take ~20-30 minutes cold on 2 cores, and most of
-# the suite does not need them: they run in the background, under `nice`, one after the other, while
-# lint, types, the main pytest run and the other venvs' tests go on. The stack tests start as soon as
-# the Go builds are done (llama-server still building beside them), the real-server tests once it is.
-# Cached in ~/.cache/firsttoken/, so a warm run starts them and finds everything built.
+# The builds the real-stack and real-server tests need (the Collector, Prometheus, Alertmanager,
+# Jaeger, then Thanos, from Go modules; llama.cpp's llama-server) take ~30-40 minutes cold on 2 cores,
+# and most of the suite does not need them: they run in the background, under `nice`, one after the
+# other, while lint, types, the main pytest run and the other venvs' tests go on. The stack tests start
+# as soon as the four compose components are built (Thanos still building), the Thanos tests once it
+# is, the real-server tests once llama-server is. Cached in ~/.cache/firsttoken/, so a warm run starts
+# them and finds everything built.
 STACK_LOG=$(mktemp "${TMPDIR:-/tmp}/firsttoken-stack-build.XXXXXX")
 LLAMA_LOG=$(mktemp "${TMPDIR:-/tmp}/firsttoken-llama-build.XXXXXX")
 BUILD_STARTED=$(date +%s)
@@ -81,11 +82,21 @@ run_step() {
         FAILED+=("$name")
     fi
 }
-# Waits for one background build, once, and says what it gave: wait_for_build stack|llama
+# Waits for one background build, once, and says what it gave: wait_for_build stack|thanos|llama
+# (stack: the four compose components, while the same background job goes on with Thanos).
+STACK_WAITED=""
 wait_for_build() {
     local pid log waited
     waited=$(date +%s)
     if [ "$1" = stack ]; then
+        pid="" log=$STACK_LOG
+        if [ -z "$STACK_WAITED" ] && [ -n "${STACK_PID:-}" ]; then
+            while kill -0 "$STACK_PID" 2>/dev/null && ! scripts/stack/build.sh --check; do sleep 2; done
+            grep -v '^==> stack: thanos ' "$log" || true
+            echo "==> stack build (without Thanos) done $(($(date +%s) - BUILD_STARTED)) s after the builds started (waited $(($(date +%s) - waited)) s for it)"
+        fi
+        STACK_WAITED=1
+    elif [ "$1" = thanos ]; then
         pid=${STACK_PID:-} log=$STACK_LOG
         STACK_PID=""
     else
@@ -94,10 +105,16 @@ wait_for_build() {
     fi
     if [ -n "$pid" ]; then
         wait "$pid" || true
-        cat "$log"
+        if [ "$1" = thanos ]; then grep '^==> stack: thanos ' "$log" || true; else cat "$log"; fi
         echo "==> $1 build done $(($(date +%s) - BUILD_STARTED)) s after the builds started (waited $(($(date +%s) - waited)) s for it)"
     fi
-    if [ "$1" = stack ]; then
+    if [ "$1" = thanos ]; then
+        # tests/stack/test_stack_thanos*.py: required when Thanos is built too, and always in CI.
+        THANOS_STACK=""
+        if [ "${CI:-}" = "true" ] || { scripts/stack/build.sh --check && scripts/stack/build.sh thanos --check; }; then
+            THANOS_STACK=required
+        fi
+    elif [ "$1" = stack ]; then
         # tests/stack run the Collector, Prometheus, Alertmanager and Jaeger that docker-compose.yml
         # pins, built once from Go modules into a cache outside the repo. Required when built, and
         # always in CI (a failed build then fails those tests with one line saying which and why).
@@ -114,6 +131,7 @@ run_step mypy "$VENV/bin/mypy"
 if [ $# -gt 0 ]; then
     # Pytest arguments given: one run of what they select, once the builds are there.
     wait_for_build stack
+    wait_for_build thanos
     wait_for_build llama
     run_step pytest "$VENV/bin/python" -m pytest -q "$@"
 else
@@ -128,14 +146,18 @@ run_step pytest-frameworks scripts/frameworks.sh
 # asked for in each: a test that passes plain and fails with firsttoken fails the step unless listed.
 run_step anthropic-own-tests "$VENV/bin/python" scripts/anthropic_own_tests/run.py
 if [ $# -eq 0 ]; then
-    # The real stack (Collector, Prometheus, Alertmanager, Jaeger), while llama-server builds.
+    # The real stack (Collector, Prometheus, Alertmanager, Jaeger), while Thanos, then llama-server, build.
     wait_for_build stack
-    run_step pytest-stack "$VENV/bin/python" -m pytest -q tests/stack
+    run_step pytest-stack "$VENV/bin/python" -m pytest -q tests/stack --ignore-glob='tests/stack/test_stack_thanos*'
+    # Past one Prometheus: the stack with Thanos (docs/stack-tests.md), once Thanos is built.
+    wait_for_build thanos
+    run_step pytest-stack-thanos env FIRSTTOKEN_STACK="$THANOS_STACK" "$VENV/bin/python" -m pytest -q tests/stack/test_stack_thanos*.py
     # The real inference server.
     wait_for_build llama
     run_step pytest-real-server "$VENV/bin/python" -m pytest -q tests/real_server
 fi
 wait_for_build stack
+wait_for_build thanos
 wait_for_build llama
 # firsttoken's own instructions per call under callgrind, against benchmarks/instruction_budget.json
 # (after the builds: on a quiet machine).
