@@ -9,11 +9,12 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -443,6 +444,33 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
+
+
+def collector_env(ports: Mapping[str, int]) -> dict[str, str]:
+    """What the shipped Collector configs read for their own listeners, all on loopback: the OTLP
+    receivers (`grpc`, `http`), the health check (`health`) and its own telemetry (`telemetry`).
+    The exporters' endpoints (FIRSTTOKEN_PROMETHEUS_OTLP_URL, ...) are each test's own."""
+    return {
+        "FIRSTTOKEN_OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
+        "FIRSTTOKEN_OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
+        "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
+        "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
+        "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(ports["telemetry"]),
+    }
+
+
+def demo_command(interval_s: float) -> list[str]:
+    """The installed `firsttoken demo`, run until SIGINT, as the stack tests feed it: 4 at once, its
+    actions spread over `interval_s` seconds, no levers, no HTML report."""
+    return [
+        str(Path(sys.executable).parent / "firsttoken"),
+        "demo",
+        "--continuous",
+        "--no-levers",
+        "--concurrency=4",
+        f"--interval={interval_s:.0f}",
+        "--html=",
+    ]
 
 
 # -- Jaeger's query API, called the way Grafana's Jaeger datasource calls it -------------------------

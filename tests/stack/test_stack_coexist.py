@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stack_tools import ROOT, Process, Prometheus, binary
+from stack_tools import ROOT, Process, Prometheus, binary, collector_env
 from test_stack_real import prometheus_config
 from tests.servers import free_port
 
@@ -118,11 +118,7 @@ def collector_and_prometheus() -> Iterator[tuple[str, Prometheus]]:
                 [bins["otelcol"], f"--config={ROOT / 'collector-config' / 'otelcol.yaml'}"],
                 tmp / "otelcol.log",
                 env={
-                    "FIRSTTOKEN_OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
-                    "FIRSTTOKEN_OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
-                    "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
-                    "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
-                    "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(ports["telemetry"]),
+                    **collector_env(ports),
                     "FIRSTTOKEN_TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{ports['tempo']}",  # no traces sent here
                     "FIRSTTOKEN_PROMETHEUS_OTLP_URL": f"{prom.url}/api/v1/otlp/v1/metrics",
                 },

@@ -50,6 +50,7 @@ from stack_tools import (
     Process,
     Prometheus,
     binary,
+    collector_env,
     dashboard_queries,
     dashboards,
     panels,
@@ -231,11 +232,7 @@ def start_stack(tmp: Path, bins: dict[str, str], procs: list[Process]) -> Stack:
         [bins["otelcol"], f"--config={ROOT / 'collector-config' / 'otelcol.yaml'}"],
         tmp / "otelcol.log",
         env={
-            "FIRSTTOKEN_OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
-            "FIRSTTOKEN_OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
-            "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
-            "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
-            "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(ports["telemetry"]),
+            **collector_env(ports),
             "FIRSTTOKEN_TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{ports['tempo']}",  # no traces sent here
             "FIRSTTOKEN_PROMETHEUS_OTLP_URL": f"{prom.url}/api/v1/otlp/v1/metrics",
         },

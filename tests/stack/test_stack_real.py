@@ -31,7 +31,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -52,8 +51,10 @@ from stack_tools import (
     Prometheus,
     binary,
     built,
+    collector_env,
     dashboard_queries,
     dashboards,
+    demo_command,
     documented_series,
     exemplar_link,
     generator,
@@ -268,11 +269,7 @@ def stack() -> Iterator[Stack]:
                 collector_args,
                 tmp / "otelcol.log",
                 env={
-                    "FIRSTTOKEN_OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
-                    "FIRSTTOKEN_OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
-                    "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
-                    "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
-                    "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(ports["telemetry"]),
+                    **collector_env(ports),
                     "FIRSTTOKEN_TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{tempo_port}",
                     "FIRSTTOKEN_JAEGER_OTLP_ENDPOINT": f"127.0.0.1:{ports['jaeger_otlp']}",
                     "FIRSTTOKEN_PROMETHEUS_OTLP_URL": f"{prom.url}/api/v1/otlp/v1/metrics",
@@ -284,15 +281,7 @@ def stack() -> Iterator[Stack]:
             started = time.time()
             demo = Process(
                 "demo",
-                [
-                    str(Path(sys.executable).parent / "firsttoken"),
-                    "demo",
-                    "--continuous",
-                    "--no-levers",
-                    "--concurrency=4",
-                    f"--interval={RUN_S / 3:.0f}",
-                    "--html=",
-                ],
+                demo_command(RUN_S / 3),
                 tmp / "demo.log",
                 env={
                     "OTEL_SERVICE_NAME": "firsttoken-demo",
@@ -1167,15 +1156,7 @@ def test_scale_out_keeps_traces_whole_and_survives_a_sampler_stopping() -> None:
             relay_server, relay_port = relay(f"http://127.0.0.1:{router_ports['http']}", sent)
             demo = Process(
                 "demo",
-                [
-                    str(Path(sys.executable).parent / "firsttoken"),
-                    "demo",
-                    "--continuous",
-                    "--no-levers",
-                    "--concurrency=4",
-                    "--interval=1000",
-                    "--html=",
-                ],
+                demo_command(1000),
                 tmp / "demo.log",
                 env={
                     "OTEL_SERVICE_NAME": "firsttoken-demo",

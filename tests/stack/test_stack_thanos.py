@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import signal
-import sys
 import tempfile
 import time
 import urllib.parse
@@ -37,7 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
-from stack_tools import ROOT, Process, Prometheus, binary, run, shipped_exprs
+from stack_tools import ROOT, Process, Prometheus, binary, collector_env, demo_command, run, shipped_exprs
 from tests.servers import free_port
 
 COMPONENTS = ("otelcol", "prometheus", "alertmanager", "thanos")
@@ -286,11 +285,7 @@ def thanos() -> Iterator[Thanos]:
                     f"--config={collector_overlay(tmp, url['prom_B'] + '/api/v1/otlp/v1/metrics')}",
                 ],
                 env={
-                    "FIRSTTOKEN_OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{port['grpc']}",
-                    "FIRSTTOKEN_OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{port['http']}",
-                    "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{port['health']}",
-                    "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
-                    "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(port["telemetry"]),
+                    **collector_env(port),
                     # Traces are not this test's business: nothing listens there.
                     "FIRSTTOKEN_TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{port['tempo']}",
                     "FIRSTTOKEN_PROMETHEUS_OTLP_URL": f"{url['prom_A']}/api/v1/otlp/v1/metrics",
@@ -300,15 +295,7 @@ def thanos() -> Iterator[Thanos]:
             wait_all(waits)
             demo = start(
                 "demo",
-                [
-                    str(Path(sys.executable).parent / "firsttoken"),
-                    "demo",
-                    "--continuous",
-                    "--no-levers",
-                    "--concurrency=4",
-                    f"--interval={DEMO_S}",
-                    "--html=",
-                ],
+                demo_command(DEMO_S),
                 env={
                     "OTEL_SERVICE_NAME": "firsttoken-demo",
                     "OTEL_EXPORTER_OTLP_ENDPOINT": url["http"],

@@ -22,7 +22,6 @@ import json
 import math
 import re
 import signal
-import sys
 import tempfile
 import time
 import urllib.parse
@@ -34,7 +33,17 @@ from typing import Any
 
 import pytest
 import yaml
-from stack_tools import ROOT, Process, binary, dashboard_queries, rule_exprs, selectors, substitute
+from stack_tools import (
+    ROOT,
+    Process,
+    binary,
+    collector_env,
+    dashboard_queries,
+    demo_command,
+    rule_exprs,
+    selectors,
+    substitute,
+)
 from tests.servers import free_port
 
 RUN_S = 20.0
@@ -201,11 +210,7 @@ def run() -> Iterator[Run]:
                     ],
                     tmp / "otelcol.log",
                     env={
-                        "FIRSTTOKEN_OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
-                        "FIRSTTOKEN_OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
-                        "FIRSTTOKEN_OTELCOL_HEALTH_ENDPOINT": f"127.0.0.1:{ports['health']}",
-                        "FIRSTTOKEN_OTELCOL_TELEMETRY_HOST": "127.0.0.1",
-                        "FIRSTTOKEN_OTELCOL_TELEMETRY_PORT": str(ports["telemetry"]),
+                        **collector_env(ports),
                         # No trace store here: the tail-sampled traces' exports fail and are dropped.
                         "FIRSTTOKEN_TEMPO_OTLP_ENDPOINT": f"127.0.0.1:{free_port()}",
                         "FIRSTTOKEN_PROMETHEUS_OTLP_URL": f"{prom_url}/api/v1/otlp/v1/metrics",
@@ -222,15 +227,7 @@ def run() -> Iterator[Run]:
             started = time.time()
             demo = Process(
                 "demo",
-                [
-                    str(Path(sys.executable).parent / "firsttoken"),
-                    "demo",
-                    "--continuous",
-                    "--no-levers",
-                    "--concurrency=4",
-                    f"--interval={RUN_S / 3:.0f}",
-                    "--html=",
-                ],
+                demo_command(RUN_S / 3),
                 tmp / "demo.log",
                 env={
                     "OTEL_SERVICE_NAME": "firsttoken-demo",
