@@ -10,9 +10,10 @@ could see it in timings.
     python benchmarks/instruction_budget.py            # check (exit 1 when over budget)
     python benchmarks/instruction_budget.py --update   # measure and write the budget file
 
-One call = one streamed call of SHORT tokens (its chunks included), counted over CALLS calls, minus
-the same uninstrumented call; the simulator sends each response in one write, so the bytes reach
-the client in the same reads every time.
+One call = one streamed call of SHORT tokens (its chunks included), minus the same uninstrumented
+call; the simulator sends each response in one write, so the bytes reach the client in the same
+reads every time. Each call is counted on its own and the figure is the median instrumented call
+minus the median uninstrumented one (see CALLS).
 """
 
 from __future__ import annotations
@@ -29,52 +30,49 @@ import overhead
 
 BUDGET_FILE = Path(__file__).with_name("instruction_budget.json")
 TOLERANCE = 0.03
-"""How much firsttoken's own instructions per call may grow over the committed number: five runs of
-the same code agreed within 0.1 % (openai) and 0.9 % (anthropic), from 749k-794k and 367k-434k
-before the rounds (when the tolerance was 15 %)."""
+"""How much firsttoken's own instructions per call may grow over the committed number. The figure of
+one run lies within about ±1 % (openai) and ±1.5 % (anthropic) of the figure of many (95 % of 2,000
+resamplings of ten counted rounds of one run): a growth of 3 % fails here however the run falls,
+a growth of 2 % most of the time, and no run of unchanged code should."""
 WORKLOADS = ("openai", "anthropic")
-CALLS = 10
-"""Calls per counted stretch (4 before: a call's own noise, how the stream's bytes happened to arrive
-in reads, was averaged over too few)."""
-ROUNDS = 5
+CALLS = 3
+"""Calls per stretch, each counted on its own. The calls of one stretch agree within 5-20k
+instructions; whole stretches move by ±15k against each other, on both sides, whichever
+configuration (the state the process is in when the stretch starts, not how the stream's bytes fell
+into reads: each response comes in one write). A stretch's figure is what it is, so the count takes
+many short stretches: a stretch of 10 calls counted as one, six rounds of them, spread ±4 %."""
+ROUNDS = 10
 """Stretches of each configuration, uninstrumented and instrumented in turn in one process, after
-one round more that is not counted: the first instrumented stretch of a process costs 10-20 % more
+one round more that is not counted: the first instrumented stretch of a process costs more
 (first-time paths: lazy imports, caches, the interpreter's specialisation), whatever its warm-up
-calls. The figure is the median instrumented stretch minus the median uninstrumented one: the SDK's
-own call moves by 0.1-0.4 % between stretches, which is 3-6 % of firsttoken's share."""
+calls. The figure is the median instrumented call minus the median uninstrumented one, over the
+ROUNDS x CALLS calls of each."""
 CONFIG = "firsttoken only"
 
 
-def measure_rounds() -> dict[str, list[float]]:
-    """{workload: firsttoken's own instructions per call, in each round}."""
-    counts = overhead.count_rounds([CONFIG], WORKLOADS, {overhead.SHORT: CALLS}, ROUNDS + 1)
+def measure_calls(rounds: int = ROUNDS) -> dict[str, tuple[list[float], list[float]]]:
+    """{workload: (uninstrumented calls, instrumented calls)}, instructions of each call counted, in
+    round order (the first, uncounted round left out)."""
+    counts = overhead.count_rounds([CONFIG], WORKLOADS, {overhead.SHORT: CALLS}, rounds + 1, each=True)
     return {
-        name: [
-            on - off
-            for on, off in zip(
-                counts[(name, CONFIG, overhead.SHORT)][1:], counts[(name, "", overhead.SHORT)][1:], strict=True
-            )
-        ]
+        name: (counts[(name, "", overhead.SHORT)][CALLS:], counts[(name, CONFIG, overhead.SHORT)][CALLS:])
         for name in WORKLOADS
-    } | {
-        f"{name} {which}": values[1:]
-        for name in WORKLOADS
-        for which, values in (
-            ("off", counts[(name, "", overhead.SHORT)]),
-            ("on", counts[(name, CONFIG, overhead.SHORT)]),
-        )
     }
+
+
+def own_cost(off: list[float], on: list[float]) -> float:
+    """firsttoken's own instructions per call: the median instrumented call minus the median uninstrumented one."""
+    return statistics.median(on) - statistics.median(off)
 
 
 def measure() -> dict[str, float]:
-    """{workload: firsttoken's own instructions per call}: median instrumented minus median uninstrumented."""
-    rounds = measure_rounds()
+    """{workload: firsttoken's own instructions per call}."""
+    calls = measure_calls()
     for name in WORKLOADS:
-        values = rounds[name]
-        print(f"{name:10} per round: {', '.join(f'{v:,.0f}' for v in values)}")
-    return {
-        name: statistics.median(rounds[f"{name} on"]) - statistics.median(rounds[f"{name} off"]) for name in WORKLOADS
-    }
+        off, on = calls[name]
+        print(f"{name:10} calls off: {', '.join(f'{v:,.0f}' for v in off)}")
+        print(f"{name:10} calls on:  {', '.join(f'{v:,.0f}' for v in on)}")
+    return {name: own_cost(*calls[name]) for name in WORKLOADS}
 
 
 def main() -> int:

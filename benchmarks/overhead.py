@@ -284,11 +284,14 @@ COUNTED_CONFIGS = (
 COUNTED_CALLS = {SHORT: 20, LONG: 4}
 
 
-def _counted_child(counted: Sequence[str], names: Sequence[str], stretches: dict[int, int], rounds: int = 1) -> None:
+def _counted_child(
+    counted: Sequence[str], names: Sequence[str], stretches: dict[int, int], rounds: int = 1, each: bool = False
+) -> None:
     """Runs under callgrind: the workloads ``names`` in each configuration, a stretch of ``calls``
     streamed calls of ``n`` tokens for each ``n: calls`` in ``stretches``, each inside
     ``sys.call_tracing`` so that callgrind collects exactly that stretch (``--toggle-collect``) and
-    dumps it when it ends (``--dump-after``). Everything else (start-up, imports, warm-up, the
+    dumps it when it ends (``--dump-after``); ``each``: every call of the stretch inside its own
+    ``sys.call_tracing``, a count of its own. Everything else (start-up, imports, warm-up, the
     instrument() and uninstrument() calls) is not counted."""
     import gc
     import sys
@@ -312,9 +315,14 @@ def _counted_child(counted: Sequence[str], names: Sequence[str], stretches: dict
                         # what the stretch itself allocated (still counted: allocating is a cost).
                         gc.collect()
                         gc.freeze()
-                        sys.call_tracing(run, (client, calls, n))
+                        if each:
+                            for _ in range(calls):
+                                sys.call_tracing(run, (client, 1, n))
+                                print(f"segment\t{name}\t{config}\t{n}\t1\t{number}", flush=True)
+                        else:
+                            sys.call_tracing(run, (client, calls, n))
+                            print(f"segment\t{name}\t{config}\t{n}\t{calls}\t{number}", flush=True)
                         gc.unfreeze()
-                        print(f"segment\t{name}\t{config}\t{n}\t{calls}\t{number}", flush=True)
                 if config:
                     firsttoken.uninstrument()
 
@@ -350,10 +358,11 @@ def _count(
 
 
 def count_rounds(
-    counted: Sequence[str], names: Sequence[str], stretches: dict[int, int], rounds: int
+    counted: Sequence[str], names: Sequence[str], stretches: dict[int, int], rounds: int, each: bool = False
 ) -> dict[tuple[str, str, int], list[float]]:
     """{(workload, configuration, tokens): instructions per call in each round}: one child under
-    callgrind runs every configuration in turn, ``rounds`` times over."""
+    callgrind runs every configuration in turn, ``rounds`` times over; ``each``: every call counted
+    on its own (then one figure per call, round after round)."""
     import os
     import shutil
     import subprocess
@@ -363,7 +372,13 @@ def count_rounds(
     if shutil.which("valgrind") is None:
         raise SystemExit("counting instructions needs valgrind (Debian: apt-get install valgrind)")
     plan = "|".join(
-        [";".join(counted), ";".join(names), ",".join(f"{n}:{c}" for n, c in stretches.items()), str(rounds)]
+        [
+            ";".join(counted),
+            ";".join(names),
+            ",".join(f"{n}:{c}" for n, c in stretches.items()),
+            str(rounds),
+            str(int(each)),
+        ]
     )
     with tempfile.TemporaryDirectory() as tmp:
         out_file = os.path.join(tmp, "callgrind.out")
@@ -598,12 +613,13 @@ def main() -> None:
     parser.add_argument("--counted-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.counted_child is not None:
-        configs, names, stretches, rounds = args.counted_child.split("|")
+        configs, names, stretches, rounds, each = args.counted_child.split("|")
         _counted_child(
             configs.split(";"),
             names.split(";"),
             {int(n): int(c) for n, c in (p.split(":") for p in stretches.split(","))},
             int(rounds),
+            each == "1",
         )
         return
     if args.instructions:
