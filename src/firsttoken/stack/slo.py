@@ -294,17 +294,18 @@ def recording_rules(config: Config, scale: int = 1) -> dict[str, Any]:
                 }
             )
     # The bad calls of each window: the sum of its points' rates times their step, not mean rate x
-    # window, which would overcount a window not yet full (a new model, a restart). Until the window
-    # holds a point, the next shorter window's count (then all of the short history).
+    # window, which would overcount a window not yet full (a new model, a restart). A window holds
+    # the next shorter one, so its count is at least that one's: the larger of the two. Without it a
+    # burst came into the 30 m count a fifth per minute (5 m rates summed at 1 m steps) while the
+    # 1 h one held it whole, and a series too new for the sum counted it whole, then a fifth: a page
+    # fired and cleared. Until the window holds a point, the shorter window's count alone.
     previous = f"llm:slo_bad:rate5m * {300 // scale}"
     for window, source, step in DERIVED_WINDOWS:
-        rules.append(
-            {
-                "record": f"llm:slo_bad_calls:{window}",
-                "expr": f"sum_over_time(llm:slo_bad:rate{source}[{scaled(window, scale)}:{scaled(step, scale)}])"
-                f" * {seconds(step) // scale} or {previous}",
-            }
+        summed = (
+            f"sum_over_time(llm:slo_bad:rate{source}[{scaled(window, scale)}:{scaled(step, scale)}])"
+            f" * {seconds(step) // scale}"
         )
+        rules.append({"record": f"llm:slo_bad_calls:{window}", "expr": f"{summed} >= {previous} or {previous}"})
         previous = f"llm:slo_bad_calls:{window}"
     for slo in config.slos:
         for traffic_class in classes:
