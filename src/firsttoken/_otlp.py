@@ -22,6 +22,7 @@ name and resource by ``Resource.create()``. What firsttoken adds:
 from __future__ import annotations
 
 import atexit
+import importlib
 import logging
 import os
 import re
@@ -479,30 +480,22 @@ def check_endpoint(
     return None
 
 
-def _otlp_span_exporter(protocol: str, timeout: float, tally: ExportTally, endpoint: str | None = None) -> Any:
+# The SDK's OTLP exporter class of each (signal, protocol), imported only when one is made.
+_OTLP_EXPORTERS = {
+    ("spans", "grpc"): ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter"),
+    ("spans", "http"): ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter"),
+    ("metrics", "grpc"): ("opentelemetry.exporter.otlp.proto.grpc.metric_exporter", "OTLPMetricExporter"),
+    ("metrics", "http"): ("opentelemetry.exporter.otlp.proto.http.metric_exporter", "OTLPMetricExporter"),
+}
+
+
+def _otlp_exporter(signal: str, protocol: str, timeout: float, tally: ExportTally, endpoint: str | None = None) -> Any:
+    """The SDK's OTLP exporter of ``signal`` ("spans" or "metrics"), over gRPC or else HTTP, counted in ``tally``."""
     kwargs: dict[str, Any] = {"timeout": timeout}
     if endpoint is not None:
         kwargs["endpoint"] = endpoint
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
-
-        return _counted(GrpcSpans, "spans", tally)(**kwargs)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
-
-    return _counted(HttpSpans, "spans", tally)(**kwargs)
-
-
-def _otlp_metric_exporter(protocol: str, timeout: float, tally: ExportTally, endpoint: str | None = None) -> Any:
-    kwargs: dict[str, Any] = {"timeout": timeout}
-    if endpoint is not None:
-        kwargs["endpoint"] = endpoint
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
-
-        return _counted(GrpcMetrics, "metrics", tally)(**kwargs)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
-
-    return _counted(HttpMetrics, "metrics", tally)(**kwargs)
+    module, name = _OTLP_EXPORTERS[(signal, "grpc" if protocol == "grpc" else "http")]
+    return _counted(getattr(importlib.import_module(module), name), signal, tally)(**kwargs)
 
 
 class Export:
@@ -704,7 +697,8 @@ def providers(
         tracer_provider.add_span_processor(processor)
     for name in trace_names:
         span_exporter: Any = (
-            _otlp_span_exporter(
+            _otlp_exporter(
+                "spans",
                 traces_protocol,
                 or_default(p, partial(_timeout, ENV_TRACES_TIMEOUT, env), EXPORT_TIMEOUT_S),
                 tally,
@@ -723,7 +717,7 @@ def providers(
     export_timeout_ms = or_default(p, partial(_millis, ENV_METRIC_EXPORT_TIMEOUT, env, timeout_ms), timeout_ms)
     for name in metric_names:
         metric_exporter: Any = (
-            _otlp_metric_exporter(metrics_protocol, metrics_timeout, tally, metrics_url)
+            _otlp_exporter("metrics", metrics_protocol, metrics_timeout, tally, metrics_url)
             if name == "otlp"
             else ConsoleMetricExporter()
         )
