@@ -523,16 +523,18 @@ class GeminiLiveHooks:
         return message
 
     def _receive_failed(self, instance: Any, exc: BaseException) -> None:
-        """The SDK raises its ``APIError`` with the websocket's close code when the socket closes."""
+        """The websocket closed: google-genai 1.x lets websockets' ``ConnectionClosed`` through, later
+        ones raise their ``APIError`` from it (with its close code, 1006 when no close frame came)."""
         session = self.sessions.get(instance)
         if session is None or session.ended or is_cancellation(exc):
             return
         try:
             from websockets.exceptions import ConnectionClosed  # google.genai.live imported it
 
-            code = getattr(exc, "code", None)
-            if not isinstance(code, int) or not isinstance(exc.__context__, ConnectionClosed):
+            closed = exc if isinstance(exc, ConnectionClosed) else exc.__context__
+            if not isinstance(closed, ConnectionClosed):
                 return  # not the socket's end (a message it could not parse, say)
+            code = closed.rcvd.code if closed.rcvd is not None else _NO_CLOSE_FRAME
             if code in _CLEAN_CLOSES:
                 session.end(sc.END_CLOSED, close_code=code)
             elif code == _NO_CLOSE_FRAME:
