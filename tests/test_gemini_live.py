@@ -75,17 +75,21 @@ def _turns(t: Telemetry) -> list[ReadableSpan]:
     return sorted(turns, key=lambda s: s.start_time or 0)
 
 
-def _check_messages(sim: GeminiLiveSimulator) -> None:
-    """Every message the simulator sent is one the SDK knows, field for field (its models forbid extras)."""
+def _check_messages(sim: GeminiLiveSimulator, *, vertex: bool = False) -> list[types.LiveServerMessage]:
+    """Every message the simulator sent is one the SDK knows, field for field (its models forbid extras):
+    as the SDK reads them."""
     import inspect
 
-    from google.genai._live_converters import _LiveServerMessage_from_mldev
+    from google.genai import _live_converters as converters
 
-    old = "api_client" in inspect.signature(_LiveServerMessage_from_mldev).parameters  # google-genai 1.x
+    convert = converters._LiveServerMessage_from_vertex if vertex else converters._LiveServerMessage_from_mldev
+    old = "api_client" in inspect.signature(convert).parameters  # google-genai 1.x
+    parsed = []
     for message in sim.sent:
-        converted = _LiveServerMessage_from_mldev(None, message) if old else _LiveServerMessage_from_mldev(message)
+        converted = convert(None, message) if old else convert(message)
         assert len(converted) == len(message), message  # no top-level field the SDK drops
-        types.LiveServerMessage.model_validate(converted)
+        parsed.append(types.LiveServerMessage.model_validate(converted))
+    return parsed
 
 
 def _close_code(exc: BaseException) -> int:
@@ -112,8 +116,9 @@ async def test_audio_turn(telemetry: Telemetry, live: GeminiLiveSimulator, certs
     async with client.aio.live.connect(model=MODEL, config=config) as session:
         await session.send_client_content(turns=USER)
         seen = await _one_turn(session)
-    _check_messages(live)
-    assert len(seen) == len(live.sent) - 1  # every message but setupComplete reached the app, unchanged
+    sent = _check_messages(live)
+    # Every message but setupComplete reached the app, unchanged.
+    assert [m.model_dump() for m in seen] == [m.model_dump() for m in sent[1:]]
     assert seen[-1].server_content is not None and seen[-1].server_content.turn_complete
 
     (span,) = _sessions(telemetry)
@@ -150,6 +155,25 @@ async def test_audio_turn(telemetry: Telemetry, live: GeminiLiveSimulator, certs
         assert API_KEY not in str(dict(recorded.attributes or {})) + str([e.attributes for e in recorded.events])
     for points in telemetry.metrics().values():
         assert API_KEY not in str([dict(p.attributes) for p in points])
+
+
+async def test_vertex_ai_client(telemetry: Telemetry, live: GeminiLiveSimulator, certs: Certificates) -> None:
+    """A vertexai=True client (express mode: an API key) speaks Vertex AI's LlmBidiService: gcp.vertex_ai."""
+    client = genai.Client(vertexai=True, api_key=API_KEY, http_options=types.HttpOptions(base_url=live.base_url))
+    config = types.LiveConnectConfig(response_modalities=[types.Modality.TEXT])
+    async with client.aio.live.connect(model=MODEL, config=config) as session:
+        await session.send_client_content(turns=USER)
+        await _one_turn(session)
+    assert "aiplatform" in live.paths[0]
+    _check_messages(live, vertex=True)
+    (span,) = _sessions(telemetry)
+    (turn,) = _turns(telemetry)
+    for recorded in (span, turn):
+        assert (recorded.attributes or {})[sc.GEN_AI_PROVIDER_NAME] == "gcp.vertex_ai"
+    a = turn.attributes or {}
+    assert a[sc.GEN_AI_REQUEST_MODEL] == MODEL
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == DELTAS
+    _within(a[sc.FT_REALTIME_TIME_TO_FIRST_TEXT], FIRST)
 
 
 async def test_text_turn_ended_by_activity_end(

@@ -11,7 +11,8 @@ always connects with ``wss``) and each turn is answered as :class:`GeminiLiveTim
   ``toolResponse``. The first ``serverContent`` with a ``modelTurn`` goes out ``first_delta_s`` after
   the hand-off, then one every ``delta_interval_s`` (``deltas`` of them: ``audio_ms_per_delta`` of
   24 kHz PCM16 silence each, with an ``outputTranscription`` when the setup asked for one; or text
-  parts), then ``generationComplete``, then ``turnComplete`` with the turn's ``usageMetadata``.
+  parts), then ``generationComplete``, then ``turnComplete`` with the turn's ``usageMetadata``
+  (Vertex AI's ``LlmBidiService`` path names its output ``candidates``, the Gemini API ``response``).
 - Audio while a turn plays (automatic detection) cuts it: ``serverContent`` with ``interrupted``.
 - ``tool``: a turn not answering a tool response is a ``toolCall`` of that function instead.
 - Faults: ``close_after_deltas`` ends the connection after that many deltas, with a close frame of
@@ -76,6 +77,8 @@ class _Session:
     def __init__(self, sim: GeminiLiveSimulator, ws: Any, setup: dict[str, Any]) -> None:
         self.sim = sim
         self.ws = ws
+        self.vertex = "aiplatform" in ws.request.path
+        """Vertex AI's ``LlmBidiService``: its usage names the response ``candidates``, as its REST API does."""
         config = setup.get("generationConfig") or {}
         self.audio = "AUDIO" in (config.get("responseModalities") or ["AUDIO"])
         self.transcribe = "outputAudioTranscription" in setup
@@ -156,13 +159,14 @@ class _Session:
         await self.send({"serverContent": {"generationComplete": True}})
         response_tokens = timing.deltas * (5 if self.audio else 1)
         modality = "AUDIO" if self.audio else "TEXT"
+        response = "candidates" if self.vertex else "response"
         usage = {
             "promptTokenCount": timing.prompt_tokens,
             "cachedContentTokenCount": timing.cached_tokens,
-            "responseTokenCount": response_tokens,
+            f"{response}TokenCount": response_tokens,
             "totalTokenCount": timing.prompt_tokens + response_tokens,
             "promptTokensDetails": [{"modality": "TEXT", "tokenCount": timing.prompt_tokens}],
-            "responseTokensDetails": [{"modality": modality, "tokenCount": response_tokens}],
+            f"{response}TokensDetails": [{"modality": modality, "tokenCount": response_tokens}],
         }
         await self.send({"serverContent": {"turnComplete": True}, "usageMetadata": usage})
         self.turns += 1
