@@ -65,14 +65,31 @@ def _value(enum: Any) -> Any:
     return getattr(enum, "value", enum)
 
 
-def _audio_bytes_per_s(mime: Any) -> int:
+_EMPTY: dict[str, Any] = {}
+
+_RATES: dict[str, int] = {}
+"""Audio MIME type -> bytes per second, as parsed (a session sends one or two types)."""
+
+
+def _audio_bytes_per_s(mime: str) -> int:
     """Bytes per second of PCM16 audio of a MIME type like ``audio/pcm;rate=24000``."""
-    if isinstance(mime, str):
-        for param in mime.split(";")[1:]:
-            name, _, rate = param.strip().partition("=")
-            if name == "rate" and rate.isdigit() and int(rate) > 0:
-                return 2 * int(rate)
-    return _DEFAULT_AUDIO_BYTES_PER_S
+    known = _RATES.get(mime)
+    if known is not None:
+        return known
+    rate = _DEFAULT_AUDIO_BYTES_PER_S
+    for param in mime.split(";")[1:]:
+        name, _, value = param.strip().partition("=")
+        if name == "rate" and value.isdigit() and int(value) > 0:
+            rate = 2 * int(value)
+    if len(_RATES) < 64:
+        _RATES[mime] = rate
+    return rate
+
+
+def _fields(model: Any) -> dict[str, Any]:
+    """An SDK model's fields (pydantic keeps them in ``__dict__``): read per message without
+    ``getattr`` on each."""
+    return getattr(model, "__dict__", _EMPTY)
 
 
 def _seconds(duration: Any) -> float | None:
@@ -160,7 +177,7 @@ class _Session:
     # -- the server's side -----------------------------------------------------------------
 
     def received(self, message: Any, now: int) -> None:
-        fields: dict[str, Any] = getattr(message, "__dict__", {})  # a pydantic model's fields
+        fields = _fields(message)
         content = fields.get("server_content")
         tool_call = fields.get("tool_call")
         usage = fields.get("usage_metadata")
@@ -208,7 +225,7 @@ class _Session:
         return self.turn
 
     def _content(self, content: Any, usage: Any, now: int) -> None:
-        fields: dict[str, Any] = getattr(content, "__dict__", {})
+        fields = _fields(content)
         model_turn, transcript = fields.get("model_turn"), fields.get("output_transcription")
         turn = self.turn
         if turn is None:
@@ -221,12 +238,13 @@ class _Session:
         tl.chunk_count += 1
         tl.last_chunk_ns = now
         output = False
-        for part in common.get(model_turn, "parts") or ():
-            blob = common.get(part, "inline_data")
-            text = common.get(part, "text")
+        for part in _fields(model_turn).get("parts") or ():
+            part_fields = _fields(part)
+            blob = part_fields.get("inline_data")
+            text = part_fields.get("text")
             if blob is not None:
-                data = common.get(blob, "data")
-                mime = common.get(blob, "mime_type")
+                blob_fields = _fields(blob)
+                data, mime = blob_fields.get("data"), blob_fields.get("mime_type")
                 if isinstance(mime, str) and mime.startswith("audio/"):
                     output = True
                     if turn.first_audio_ns is None:
@@ -239,7 +257,7 @@ class _Session:
                     turn.first_text_ns = now
                 if tl.capture is not None:
                     common.append_output(tl, text)
-        text = common.get(transcript, "text")
+        text = _fields(transcript).get("text")
         if isinstance(text, str) and text:
             output = True
             if turn.first_text_ns is None:
