@@ -294,6 +294,7 @@ async def test_socket_ends_mid_turn(
     assert a[sc.FT_END_REASON] == sc.END_ERROR
     assert a[sc.ERROR_TYPE] == str(code)
     assert turn.status.status_code == StatusCode.ERROR
+    assert turn.status.description == ("Internal error" if close_code else str(code))  # the close's reason
 
 
 async def test_go_away(telemetry: Telemetry, certs: Certificates) -> None:

@@ -333,9 +333,11 @@ class _Session:
 
     # -- the end ---------------------------------------------------------------------------
 
-    def end(self, reason: str, error_type: str | None = None, close_code: int | None = None) -> None:
+    def end(
+        self, reason: str, error_type: str | None = None, close_code: int | None = None, message: str | None = None
+    ) -> None:
         """The websocket is over: end the turn still open (or, when the session failed, the turn
-        handed off and not answered), then the session span. Once."""
+        handed off and not answered), then the session span. Once. ``message``: the close's reason."""
         with self.lock:
             if self.ended:
                 return
@@ -347,7 +349,7 @@ class _Session:
             self.handoff = handoff
             self._begin(now).tl.first_chunk_ns = None  # answered by nothing
         if failed:
-            self._finish(sc.END_ERROR, now, error_type or "error")
+            self._finish(sc.END_ERROR, now, error_type or "error", message)
         else:
             self._finish(sc.END_CLOSED if reason != sc.END_ABANDONED else reason, now)
         facts = self.facts
@@ -558,7 +560,7 @@ class GeminiLiveHooks:
             elif code == _NO_CLOSE_FRAME:
                 session.end(sc.END_DROPPED, str(code), code)
             else:
-                session.end(sc.END_ERROR, str(code), code)
+                session.end(sc.END_ERROR, str(code), code, closed.rcvd.reason if closed.rcvd is not None else None)
         except Exception:
             internal_error("ending a Gemini Live session failed")
 
