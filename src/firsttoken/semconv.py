@@ -191,9 +191,9 @@ FT_REALTIME_ERRORS: Final = "firsttoken.realtime.errors"
 """``error`` events the server sent in the session."""
 FT_REALTIME_HANDOFF: Final = "firsttoken.realtime.handoff"
 """What started the response's clock: ``response.create`` (sent by the app), ``speech_stopped`` or
-``committed`` (server VAD ended the user's turn); on Gemini Live ``client_content``, ``activity_end``,
-``audio_stream_end`` or ``tool_response`` (sent by the app), ``voice_activity_end`` (the server's VAD),
-or ``server_content`` (none seen: the turn's first message)."""
+``committed`` (server VAD ended the user's turn); on Gemini Live ``client_content``, ``activity_end`` or
+``tool_response`` (sent by the app), ``voice_activity_end`` (the server's VAD), or ``server_content``
+(none seen: the turn's first message)."""
 FT_REALTIME_TIME_TO_FIRST_AUDIO: Final = "firsttoken.realtime.time_to_first_audio"
 FT_REALTIME_TIME_TO_FIRST_TEXT: Final = "firsttoken.realtime.time_to_first_text"
 """Hand-off -> first text delta (``output_text`` or the audio's transcript)."""

@@ -11,7 +11,7 @@ which hands the app the SDK's own session) and the session's ``send_*`` methods,
   ``goAway`` (an event), how it ended (closed, the server's close code, dropped, collected unclosed);
 - a **call per model turn** (operation ``realtime``, as OpenAI Realtime's responses), parented to it:
   its clock starts at the turn's *hand-off* (the app's ``send_client_content`` with ``turn_complete``,
-  ``send_realtime_input`` with ``activity_end`` or ``audio_stream_end``, ``send_tool_response``, or
+  ``send_realtime_input`` with ``activity_end``, ``send_tool_response``, or
   the server VAD's ``voiceActivity`` end), the first chunk is the turn's first server message, a
   token each message with output (audio, text, output transcription, a tool call), the end
   ``turnComplete`` (``interrupted``: cancelled, the user barged in; a ``toolCall``: the turn handed
@@ -507,14 +507,9 @@ class GeminiLiveHooks:
     async def send_realtime_input(
         self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        source = (
-            "activity_end"
-            if kwargs.get("activity_end") is not None
-            else "audio_stream_end"
-            if kwargs.get("audio_stream_end")
-            else None
-        )
-        self._handed_off(instance, source)
+        # Not audio_stream_end: the microphone turned off need not end a turn, and a hand-off left
+        # pending would start the clock of a turn much later.
+        self._handed_off(instance, "activity_end" if kwargs.get("activity_end") is not None else None)
         return await wrapped(*args, **kwargs)
 
     async def send_tool_response(
