@@ -17,8 +17,9 @@ which hands the app the SDK's own session) and the session's ``send_*`` methods,
   ``turnComplete`` (``interrupted``: cancelled, the user barged in; a ``toolCall``: the turn handed
   the model's tools to the app), with the ``usageMetadata`` seen in the turn.
 
-The API key travels in a header (``x-goog-api-key``) or, for ephemeral tokens, ``Authorization``;
-neither is read. Per message: a clock read and a few field reads (an audio part adds its length).
+The API key travels in a header (``x-goog-api-key``; google-genai 1.x puts it in the URL's query)
+or, for ephemeral tokens, ``Authorization``: none of them is read (only the base URL's host and
+port). Per message: a clock read and a few field reads (an audio part adds its length).
 """
 
 from __future__ import annotations
