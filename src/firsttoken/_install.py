@@ -134,6 +134,12 @@ def _anthropic(installation: Installation, module: ModuleType) -> bool:
     )
 
 
+def _gemini_live(installation: Installation, module: ModuleType) -> bool:
+    from .providers import gemini_live
+
+    return gemini_live.patch(installation.patches, installation.recorder, installation.provider_of)
+
+
 def _groq(installation: Installation, module: ModuleType) -> bool:
     from .providers import openai as openai_hooks
 
@@ -194,6 +200,7 @@ _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("openai", _openai),
     ("anthropic", _anthropic),
     ("groq", _groq),
+    ("google.genai.live", _gemini_live),
     ("httpx2", _httpx),
     ("httpx", _httpx),
     ("anyio", _anyio),

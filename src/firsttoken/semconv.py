@@ -178,7 +178,8 @@ FT_FINISH_REASON: Final = "gen_ai.response.finish_reason"
 """One finish reason, as a metric dimension (the span has the list)."""
 FT_SDK_CLIENT_NEW: Final = "firsttoken.sdk_client.new"
 """True on the first call an SDK client instance makes (a new client has a new connection pool)."""
-# OpenAI Realtime sessions (providers/openai_realtime.py, docs/semantics.md "Realtime sessions")
+# Realtime sessions: OpenAI Realtime and Gemini Live (providers/openai_realtime.py, providers/gemini_live.py,
+# docs/semantics.md "Realtime sessions")
 SPAN_REALTIME_SESSION: Final = "realtime_session"
 """The session span's name (then the model): the websocket's life, parent of its response spans."""
 FT_REALTIME_CONNECT_TIME: Final = "firsttoken.realtime.connect_time"
@@ -190,7 +191,9 @@ FT_REALTIME_ERRORS: Final = "firsttoken.realtime.errors"
 """``error`` events the server sent in the session."""
 FT_REALTIME_HANDOFF: Final = "firsttoken.realtime.handoff"
 """What started the response's clock: ``response.create`` (sent by the app), ``speech_stopped`` or
-``committed`` (server VAD ended the user's turn)."""
+``committed`` (server VAD ended the user's turn); on Gemini Live ``client_content``, ``activity_end`` or
+``tool_response`` (sent by the app), ``voice_activity_end`` (the server's VAD), or ``server_content``
+(none seen: the turn's first message)."""
 FT_REALTIME_TIME_TO_FIRST_AUDIO: Final = "firsttoken.realtime.time_to_first_audio"
 FT_REALTIME_TIME_TO_FIRST_TEXT: Final = "firsttoken.realtime.time_to_first_text"
 """Hand-off -> first text delta (``output_text`` or the audio's transcript)."""
@@ -202,6 +205,8 @@ FT_REALTIME_TOOL_WAIT: Final = "firsttoken.realtime.tool_wait"
 """On the response that follows one that called tools: seconds from that one's ``response.done`` to
 this one's ``response.create`` (the app running its tools)."""
 FT_REALTIME_TIME_TO_LAST_DELTA: Final = "firsttoken.realtime.time_to_last_delta"
+FT_REALTIME_TIME_TO_GENERATION_COMPLETE: Final = "firsttoken.realtime.time_to_generation_complete"
+"""Gemini Live: hand-off -> ``generationComplete`` (the model is done; its audio may still be playing out)."""
 FT_REALTIME_AUDIO_DURATION: Final = "firsttoken.realtime.output_audio.duration"
 """Seconds of audio the response carried (from the bytes and the session's output format)."""
 FT_REALTIME_STATUS: Final = "firsttoken.realtime.status"
@@ -212,6 +217,13 @@ GEN_AI_USAGE_AUDIO_INPUT_TOKENS: Final = "gen_ai.usage.audio.input_tokens"
 GEN_AI_USAGE_AUDIO_OUTPUT_TOKENS: Final = "gen_ai.usage.audio.output_tokens"
 GEN_AI_USAGE_TEXT_OUTPUT_TOKENS: Final = "gen_ai.usage.text.output_tokens"
 EVENT_REALTIME_ERROR: Final = "firsttoken.realtime.error"
+EVENT_REALTIME_GO_AWAY: Final = "firsttoken.realtime.go_away"
+"""Gemini Live's ``goAway``: the server will end the session soon (not an error)."""
+FT_REALTIME_GO_AWAY_TIME_LEFT: Final = "firsttoken.realtime.go_away.time_left"
+"""Seconds the ``goAway`` said were left (on its event)."""
+FT_REALTIME_CLOSE_CODE: Final = "firsttoken.realtime.close_code"
+"""Gemini Live: the websocket close code the session ended with, when the server closed it (1006: no
+close frame)."""
 END_DROPPED: Final = "dropped"
 """A Realtime session whose websocket closed without a clean close (an error)."""
 PREFIX_OTHER: Final = "_OTHER"

@@ -144,6 +144,9 @@ Realtime
 --------
 ``RealtimeSimulator(RealtimeTiming(...))`` speaks OpenAI's Realtime protocol on a websocket (needs the
 ``websockets`` package: ``openai[realtime]``), for ``client.realtime.connect()``; see ``_realtime``.
+``GeminiLiveSimulator(GeminiLiveTiming(...), ssl_context=...)`` speaks Gemini Live's
+``BidiGenerateContent`` protocol on a TLS websocket, for google-genai's ``client.aio.live.connect()``;
+see ``_gemini_live``.
 
 CLI: ``python -m firsttoken.sim.cli --port 8000 --queue-ms 200 --decode-tps 40 --provider-timing groq``
 (see ``cli.main``).
@@ -151,6 +154,7 @@ CLI: ``python -m firsttoken.sim.cli --port 8000 --queue-ms 200 --decode-tps 40 -
 
 from ._cache import CacheConfig
 from ._faults import FAULT_HEADER, Fault
+from ._gemini_live import GeminiLiveSimulator, GeminiLiveTiming
 from ._latency import LatencyModel
 from ._realtime import RealtimeSimulator, RealtimeTiming
 from ._reply import Served
@@ -162,6 +166,8 @@ __all__ = [
     "PROVIDER_HEADER",
     "CacheConfig",
     "Fault",
+    "GeminiLiveSimulator",
+    "GeminiLiveTiming",
     "LatencyModel",
     "ProviderStyle",
     "RealtimeSimulator",
