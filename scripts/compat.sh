@@ -70,6 +70,7 @@ TESTS=(
     tests/test_more_sdks.py
     tests/test_sdk_recordings.py
     tests/test_realtime.py
+    tests/test_gemini_live.py
     tests/test_coexist.py::test_openai_v2_is_noticed_once_whether_active_before_or_after
 )
 
