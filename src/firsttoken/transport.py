@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from types import ModuleType
 from typing import Any, Protocol
@@ -419,6 +419,10 @@ class SseFeed(Protocol):
     """Whether the stream's terminal event has been seen (or it failed)."""
 
     def feed(self, chunk: bytes) -> None: ...
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        """One event of a stream its client parses itself (botocore's AWS event stream), in the client's shape."""
+        ...
 
     def fail(self, exc: BaseException) -> None:
         """Reading the body raised ``exc``: the call ends with it, at this moment."""

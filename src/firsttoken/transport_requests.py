@@ -114,10 +114,7 @@ class RequestsAdapter:
         ok = patches.wrap("requests.models", "Response.iter_content", self._iter_content) and ok
         ok = patches.wrap("requests.models", "Response.close", self._close) and ok
         if ok and self.wire_phases:
-            patch_dns(patches)
-            patches.wrap("urllib3.connection", "HTTPConnection.connect", _connect)
-            patches.wrap("urllib3.connection", "HTTPSConnection.connect", _connect)
-            patches.wrap("urllib3.connection", "HTTPConnection.getresponse", _getresponse)
+            patch_urllib3(patches)
         return ok
 
     # -- a request: an attempt of its call (transport.send_direct) -------------------------------
@@ -245,6 +242,15 @@ def _wire_bytes(response: Any, body: _Body) -> int:
 
 
 # -- urllib3's connection: the wire phases of the call in progress ---------------------------------
+
+
+def patch_urllib3(patches: Patches) -> None:
+    """Cut the wire phases of the call in progress in urllib3's connections (requests' and botocore's),
+    DNS with them."""
+    patch_dns(patches)
+    patches.wrap("urllib3.connection", "HTTPConnection.connect", _connect)
+    patches.wrap("urllib3.connection", "HTTPSConnection.connect", _connect)
+    patches.wrap("urllib3.connection", "HTTPConnection.getresponse", _getresponse)
 
 
 def _connect(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
