@@ -222,6 +222,7 @@ _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     # Other GenAI instrumentations of the same calls, said once each (_coexist, docs/coexistence.md).
     ("opentelemetry.instrumentation.genai.openai", _another_instrumentor),
     ("opentelemetry.instrumentation.genai.anthropic", _another_instrumentor),
+    ("opentelemetry.instrumentation.genai.bedrock", _another_instrumentor),
     ("opentelemetry.instrumentation.openai_v2", _another_instrumentor),
     ("opentelemetry.instrumentation.openai", _another_instrumentor),
     ("opentelemetry.instrumentation.anthropic", _another_instrumentor),
