@@ -10,6 +10,7 @@ for a busy machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -60,6 +61,7 @@ def _client(sim: Simulator, attempts: int = 1) -> Any:
     )
 
 
+@contextlib.contextmanager
 def _instrumented(**options: Any) -> Iterator[Telemetry]:
     t = Telemetry()
     assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, **options)
@@ -71,12 +73,14 @@ def _instrumented(**options: Any) -> Iterator[Telemetry]:
 
 @pytest.fixture
 def telemetry() -> Iterator[Telemetry]:
-    yield from _instrumented()
+    with _instrumented() as t:
+        yield t
 
 
 @pytest.fixture
 def captured() -> Iterator[Telemetry]:
-    yield from _instrumented(capture_content=True)
+    with _instrumented(capture_content=True) as t:
+        yield t
 
 
 def _attrs(t: Telemetry) -> dict[str, Any]:
@@ -205,3 +209,23 @@ def test_throttling_retried_by_botocore_is_one_call(telemetry: Telemetry, sim: S
     assert given_up[sc.ERROR_TYPE] == "RateLimitError"
     assert given_up[sc.HTTP_RESPONSE_STATUS_CODE] == 429
     assert [r.status for r in sim.requests] == [429, 200, 429, 429]
+
+
+def _converse_both(sim: Simulator) -> tuple[list[Any], dict[str, Any]]:
+    """What the app gets, less what differs from call to call: the request id and date, and the
+    simulator's own latency figure (``metrics``)."""
+    runtime = _client(sim)
+    events = list(runtime.converse_stream(**CONVERSE)["stream"])
+    events[-1]["metadata"].pop("metrics")
+    whole = runtime.converse(**CONVERSE)
+    whole.pop("ResponseMetadata"), whole.pop("metrics")
+    return events, whole
+
+
+def test_boto3_returns_the_same_with_and_without_firsttoken() -> None:
+    with Simulator(latency=LATENCY, seed=9) as sim:
+        plain = _converse_both(sim)
+    with Simulator(latency=LATENCY, seed=9) as sim, _instrumented() as t:
+        measured = _converse_both(sim)
+    assert len(t.calls()) == 2
+    assert measured == plain

@@ -317,9 +317,8 @@ def test_bedrock_errors_are_bedrocks(sim: Simulator) -> None:
     rate-limit headers: the SDK's RateLimitError, and no rate-limit attributes made up from Anthropic's."""
     sim.clear()
     sim.inject(Fault.rate_limit(retry_after=0))
-    with instrumented() as t:
-        with pytest.raises(anthropic.RateLimitError) as raised:
-            _create(ROUTES[0], _bedrock(sim, False), stream=True)
+    with instrumented() as t, pytest.raises(anthropic.RateLimitError) as raised:
+        _create(ROUTES[0], _bedrock(sim, False), stream=True)
     assert raised.value.response.headers["x-amzn-errortype"].startswith("ThrottlingException:")
     assert raised.value.response.json() == {"message": "Rate limit reached for requests (simulated)."}
     attrs = _ended(t, sc.END_ERROR, "RateLimitError")

@@ -99,7 +99,7 @@ class BotocoreAdapter:
     client_name = "botocore"
 
     def __init__(self, calls: DirectCalls, wire_phases: bool) -> None:
-        self.calls: DirectCalls | None = calls
+        self.calls = calls
         self.wire_phases = wire_phases
         self.bodies: weakref.WeakKeyDictionary[Any, _Body] = weakref.WeakKeyDictionary()
         """EventStream or StreamingBody -> its call, while the call is open."""
@@ -158,11 +158,10 @@ class BotocoreAdapter:
                 tl.cut(now, sc.PHASE_DOWNLOAD)
                 content = getattr(http_response, "_content", None)
                 tl.response_bytes = None if content is None else len(content)
-                if self.calls is not None:
-                    self.calls.finish_whole(tl, loop.family, http_response.status_code, content, now)
+                self.calls.finish_whole(tl, loop.family, http_response.status_code, content, now)
                 return
             events = isinstance(body, self.event_stream)
-            reader = self.calls.sse_reader(tl, loop.family) if events and self.calls is not None else None
+            reader = self.calls.sse_reader(tl, loop.family) if events else None
             self.bodies[body] = _Body(tl, loop.family, reader, http_response)
 
             def on_close(tl: Timeline, _body: Any, now: int) -> None:
@@ -260,7 +259,7 @@ class BotocoreAdapter:
         try:
             body.pieces.append(data)
             whole = (args[0] if args else kwargs.get("amt")) is None
-            if (whole or not data) and self.calls is not None:  # read to its end
+            if whole or not data:  # read to its end
                 now = time.perf_counter_ns()
                 tl.cut(now, sc.PHASE_DOWNLOAD)
                 content, body.pieces = b"".join(body.pieces), []
