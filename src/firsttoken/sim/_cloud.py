@@ -61,8 +61,7 @@ _BEDROCK_ERRORS = {
 
 def bedrock_error(status: int, message: str) -> tuple[list[tuple[str, str]], bytes]:
     """An error as Bedrock Runtime answers it: its type in ``x-amzn-ErrorType`` (which botocore reads
-    for the error code), and ``{"message": ...}``. An overloaded model is a 503 on Bedrock."""
-    status = 503 if status == 529 else status
+    for the error code), and ``{"message": ...}``."""
     kind = _BEDROCK_ERRORS.get(status, "InternalServerException")
     headers = [
         ("content-type", "application/json"),

@@ -412,6 +412,7 @@ class Simulator:
         else:
             message = "The server had an error while processing your request (simulated)."
         if bedrock:
+            status = 503 if status == 529 else status  # an overloaded model is a 503 on Bedrock
             more, body = _cloud.bedrock_error(status, message)
             await call.respond(status, [*more, *headers[1:]], body)
             return
