@@ -56,7 +56,7 @@ PINS=(
     "opentelemetry-util-genai==0.4b0"
 )
 # The dev extra's packages that need what PINS replaces.
-UNPINNED=(opentelemetry-instrumentation-genai-openai opentelemetry-instrumentation-genai-anthropic)
+UNPINNED=(opentelemetry-instrumentation-genai-openai opentelemetry-instrumentation-genai-anthropic opentelemetry-instrumentation-genai-bedrock)
 TESTS=(
     tests/test_openai_apis.py
     tests/test_stream_endings.py

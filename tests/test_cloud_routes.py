@@ -310,3 +310,16 @@ def test_retry_is_one_call(route: Route, sim: Simulator) -> None:
     attrs = _ended(t, sc.END_COMPLETED)
     assert attrs[sc.FT_ATTEMPTS] == 2
     assert attrs[sc.GEN_AI_PROVIDER_NAME] == route.provider
+
+
+def test_bedrock_errors_are_bedrocks(sim: Simulator) -> None:
+    """Bedrock answers a throttled call with its own error (``x-amzn-ErrorType``, ``{"message"}``) and no
+    rate-limit headers: the SDK's RateLimitError, and no rate-limit attributes made up from Anthropic's."""
+    sim.clear()
+    sim.inject(Fault.rate_limit(retry_after=0))
+    with instrumented() as t, pytest.raises(anthropic.RateLimitError) as raised:
+        _create(ROUTES[0], _bedrock(sim, False), stream=True)
+    assert raised.value.response.headers["x-amzn-errortype"].startswith("ThrottlingException:")
+    assert raised.value.response.json() == {"message": "Rate limit reached for requests (simulated)."}
+    attrs = _ended(t, sc.END_ERROR, "RateLimitError")
+    assert not [k for k in attrs if k.startswith("firsttoken.ratelimit.")], attrs

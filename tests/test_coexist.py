@@ -108,6 +108,24 @@ GENAI = (
     "from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor as GO; GO().instrument()\n"
     "from opentelemetry.instrumentation.genai.anthropic import AnthropicInstrumentor as GA; GA().instrument()\n"
 )
+GENAI_BEDROCK = "opentelemetry.instrumentation.genai.bedrock"
+BEDROCK = "from opentelemetry.instrumentation.genai.bedrock import BedrockInstrumentor as GB; GB().instrument()\n"
+# boto3's bedrock-runtime (fake credentials, the simulator): a whole and a streamed Converse call.
+BOTO3_CALLS = textwrap.dedent(
+    """
+    import boto3
+    from botocore.config import Config
+    hi = [{"role": "user", "content": [{"text": "hi"}]}]
+    with Simulator(seed=1) as sim:
+        runtime = boto3.client(
+            "bedrock-runtime", region_name="us-east-1", endpoint_url=sim.url, aws_access_key_id="AKIDEXAMPLE",
+            aws_secret_access_key="fake", config=Config(retries={"total_max_attempts": 1}),
+        )
+        runtime.converse(modelId="claude-test-model", messages=hi)
+        for _ in runtime.converse_stream(modelId="claude-test-model", messages=hi)["stream"]:
+            pass
+    """
+)
 V2 = "from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor as V2; V2().instrument()\n"
 LLMETRY = "from opentelemetry.instrumentation.openai import OpenAIInstrumentor as L; L().instrument()\n"
 LLMETRY_ANTHROPIC = "from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor as A; A().instrument()\n"
@@ -370,3 +388,29 @@ def test_firsttoken_spans_survive_logfires_suppression_in_either_order(suppress:
     # included (firsttoken's metrics do not read the suppression keys); none from logfire.
     assert result["points"] == {"firsttoken": 10}
     assert result["notes"] == [], "nothing to warn of"
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_genai_bedrock_beside_boto3_is_noticed_once_and_counts_once(order: str) -> None:
+    # opentelemetry-instrumentation-genai-bedrock 1.3b0 wraps boto3's client methods (and the stream it
+    # returns); firsttoken measures below them, on botocore's send: one note, each call counted once by each.
+    need(GENAI_BEDROCK)
+    result = run((BEDROCK + FT if order == "before" else FT + BEDROCK) + BOTO3_CALLS)
+    notes = [n for n in result["notes"] if "also instruments" in n]
+    assert len(notes) == 1 and "\n" not in notes[0] and "docs/coexistence.md" in notes[0], notes
+    assert (
+        "opentelemetry-instrumentation-genai-bedrock also instruments the boto3 bedrock-runtime SDK's calls" in notes[0]
+    )
+    assert result["points"] == {"firsttoken": 2, GENAI_BEDROCK: 2}
+    ours = result["by_metric"]["firsttoken"]
+    assert ours["gen_ai.client.operation.time_to_first_chunk"] == 1, ours  # the stream, once
+    assert ours["firsttoken.client.time_to_first_token"] == 1, ours
+    assert ours["gen_ai.client.token.usage"] == 4, ours  # input and output, per call
+    # genai-bedrock 1.3b0 records the stream's time to first chunk too, under the standard name.
+    assert result["by_metric"][GENAI_BEDROCK]["gen_ai.client.operation.time_to_first_chunk"] == 1
+    spans = result["spans"]
+    assert sorted(s for s in spans if s[0] == GENAI_BEDROCK) == [[GENAI_BEDROCK, "chat claude-test-model", None]] * 2
+    assert (
+        sorted(s for s in spans if s[0] == "firsttoken")
+        == [["firsttoken", "chat claude-test-model", GENAI_BEDROCK]] * 2
+    )

@@ -169,7 +169,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("context",),
     ("tail", "instruments", "actions", "recorder", "_patch", "_otlp"),  # spans and metrics: the app's, a call's
     ("streams",),
-    ("headers", "transport", "transport_aiohttp", "transport_requests"),  # the HTTP client adapters, the header table
+    (
+        "headers",
+        "transport",
+        "transport_aiohttp",
+        "transport_requests",
+        "transport_botocore",
+    ),  # the HTTP client adapters, the header table
     ("providers",),  # wire formats, the call lifecycle, the SDK hooks, the wire path
     ("_install", "_exit", "_coexist", "instrumentor", "app", "race"),  # the instrumentation and what the app calls
     ("charts",),  # what the reports and the viewer draw with

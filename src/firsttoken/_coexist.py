@@ -1,6 +1,6 @@
 """Other GenAI instrumentations of the same SDK calls: said once each, in one line (docs/coexistence.md).
 
-The official OpenTelemetry instrumentations (genai-openai and genai-anthropic, and openai-v2 before
+The official OpenTelemetry instrumentations (genai-openai, genai-anthropic and genai-bedrock, and openai-v2 before
 them) and OpenLLMetry record ``gen_ai.client.*`` metrics under the same names as firsttoken and a
 span of their own for each call. Each is noticed when its instrumentor has already run when
 firsttoken installs, or when it runs later (its ``_instrument`` is wrapped), and said once per
@@ -38,6 +38,11 @@ INSTRUMENTORS: dict[str, tuple[str, str, str]] = {
         "AnthropicInstrumentor",
         "opentelemetry-instrumentation-genai-anthropic",
         "anthropic",
+    ),
+    "opentelemetry.instrumentation.genai.bedrock": (
+        "BedrockInstrumentor",
+        "opentelemetry-instrumentation-genai-bedrock",
+        "boto3 bedrock-runtime",
     ),
     "opentelemetry.instrumentation.openai_v2": (
         "OpenAIInstrumentor",

@@ -176,6 +176,16 @@ def _requests(installation: Installation, module: ModuleType) -> bool:
     return adapter.patch(installation.patches, module)
 
 
+def _botocore(installation: Installation, module: ModuleType) -> bool:
+    # boto3's bedrock-runtime calls (botocore sends through urllib3 and retries by itself).
+    from .providers import direct
+    from .transport_botocore import BotocoreAdapter
+
+    calls = direct.DirectCalls(installation.recorder, installation.provider_of)
+    adapter = BotocoreAdapter(calls, installation.recorder.settings.wire_phases)
+    return adapter.patch(installation.patches, module)
+
+
 def _retry_loop(installation: Installation, module: ModuleType) -> bool:
     # An SDK read on the wire that retries by itself: its attempts are one call (providers/retries.py).
     from .providers import retries
@@ -206,6 +216,7 @@ _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     ("anyio", _anyio),
     ("aiohttp", _aiohttp),
     ("requests", _requests),
+    ("botocore", _botocore),
     # The retry loops of SDKs read on the wire (providers/retries.LOOPS).
     ("google.genai._api_client", _retry_loop),
     ("mistralai.client.basesdk", _retry_loop),
@@ -218,6 +229,7 @@ _HOOKS: tuple[tuple[str, Callable[[Installation, ModuleType], bool]], ...] = (
     # Other GenAI instrumentations of the same calls, said once each (_coexist, docs/coexistence.md).
     ("opentelemetry.instrumentation.genai.openai", _another_instrumentor),
     ("opentelemetry.instrumentation.genai.anthropic", _another_instrumentor),
+    ("opentelemetry.instrumentation.genai.bedrock", _another_instrumentor),
     ("opentelemetry.instrumentation.openai_v2", _another_instrumentor),
     ("opentelemetry.instrumentation.openai", _another_instrumentor),
     ("opentelemetry.instrumentation.anthropic", _another_instrumentor),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from types import ModuleType
 from typing import Any, Protocol
@@ -220,11 +220,17 @@ async def _getaddrinfo_async(wrapped: Any, instance: Any, args: tuple[Any, ...],
         tl.cut(time.perf_counter_ns(), sc.PHASE_DNS)
 
 
-def _before_send(tl: Timeline, request: Any, is_async: bool) -> None:
+def next_attempt(tl: Timeline) -> None:
+    """One more attempt of call ``tl`` is sent now (in every client adapter): counted, the time since
+    the last cut is preparing (the first) or waiting to retry, and it has opened no connection yet."""
     now = time.perf_counter_ns()
     tl.attempts += 1
     tl.cut(now, sc.PHASE_PREPARE if tl.attempts == 1 else sc.PHASE_RETRY_WAIT)
     tl.connect_ns = None
+
+
+def _before_send(tl: Timeline, request: Any, is_async: bool) -> None:
+    next_attempt(tl)
     # A streaming body has no length up front: httpx raises RequestNotRead, a RuntimeError. (No
     # contextlib.suppress: it costs a context manager on every request.)
     try:  # noqa: SIM105
@@ -414,6 +420,10 @@ class SseFeed(Protocol):
 
     def feed(self, chunk: bytes) -> None: ...
 
+    def event(self, event: Mapping[str, Any]) -> None:
+        """One event of a stream its client parses itself (botocore's AWS event stream), in the client's shape."""
+        ...
+
     def fail(self, exc: BaseException) -> None:
         """Reading the body raised ``exc``: the call ends with it, at this moment."""
         ...
@@ -488,16 +498,6 @@ def _observing_classes(module: Any) -> tuple[type, type]:
     return ObservedSync, ObservedAsync
 
 
-def _start_direct(calls: DirectCalls | None, client: Any, request: Any) -> tuple[Timeline, str] | None:
-    if calls is None or request is None:
-        return None
-    try:
-        return start_attempt(calls, httpx_request(request, client))
-    except Exception:
-        internal_error("could not start a direct httpx call")
-        return None
-
-
 def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: Any) -> None:
     """After a plain-httpx LLM request was sent: end it now, or when its body has been read."""
     status = response.status_code
@@ -533,44 +533,131 @@ def _direct_response(calls: DirectCalls, tl: Timeline, family: str, response: An
     watch(response, tl)
 
 
-def _direct_sent(calls: DirectCalls, tl: Timeline, family: str, response: Any) -> None:
+class ClientHooks(Protocol):
+    """What one client adapter does around a send that :func:`send_direct` makes an attempt of an LLM call."""
+
+    client_name: str
+    """The client's name, for internal errors."""
+
+    @property
+    def calls(self) -> DirectCalls | None:
+        """The provider layer's seam, or None while LLM calls sent with this client are not measured."""
+        ...
+
+    def wire_request(self, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WireRequest | None:
+        """The request the send's arguments make (a POST), as the provider layer reads it; else None."""
+        ...
+
+    def sending(self, tl: Timeline, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The attempt is sent now (:func:`next_attempt` and what the client knows of it up front)."""
+        ...
+
+    def responded(self, tl: Timeline, family: str, response: Any) -> None:
+        """The attempt was answered: status, headers, and how its body will be read."""
+        ...
+
+
+def _started(
+    hooks: ClientHooks, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Timeline, str] | None:
+    calls = hooks.calls
+    if calls is None:
+        return None
     try:
-        _after_send(tl, response)
-        _direct_response(calls, tl, family, response)
+        request = hooks.wire_request(client, args, kwargs)
+        return None if request is None else start_attempt(calls, request)
     except Exception:
-        internal_error("after-send hook failed")
+        internal_error("could not start a %s call", hooks.client_name)
+        return None
 
 
-def _send_direct(wrapped: Any, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    calls = _direct
-    started = _start_direct(calls, client, _request_of(args, kwargs))
-    if calls is None or started is None:
+def send_direct(hooks: ClientHooks, wrapped: Any, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """One send of a client (httpx, requests, botocore...) outside any SDK call firsttoken patches: when
+    it is an LLM request, an attempt of its call (:class:`Attempt`), answered through ``hooks``."""
+    if CURRENT_CALL.get() is not None:  # an SDK's call sending through this client: the SDK's hooks have it
+        return wrapped(*args, **kwargs)
+    started = _started(hooks, client, args, kwargs)
+    if started is None:
         return wrapped(*args, **kwargs)
     tl, family = started
     with Attempt(tl):
-        _before_send(tl, _request_of(args, kwargs), False)
+        hooks.sending(tl, args, kwargs)
         response = wrapped(*args, **kwargs)
-    _direct_sent(calls, tl, family, response)
+    try:
+        hooks.responded(tl, family, response)
+    except Exception:
+        internal_error("after a %s request", hooks.client_name)
     return response
 
 
-async def _send_direct_async(wrapped: Any, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    calls = _direct
-    started = _start_direct(calls, client, _request_of(args, kwargs))
-    if calls is None or started is None:
+async def send_direct_async(
+    hooks: ClientHooks, wrapped: Any, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """The async twin of :func:`send_direct`."""
+    if CURRENT_CALL.get() is not None:
+        return await wrapped(*args, **kwargs)
+    started = _started(hooks, client, args, kwargs)
+    if started is None:
         return await wrapped(*args, **kwargs)
     tl, family = started
     with Attempt(tl):
-        _before_send(tl, _request_of(args, kwargs), True)
+        hooks.sending(tl, args, kwargs)
         response = await wrapped(*args, **kwargs)
-    _direct_sent(calls, tl, family, response)
+    try:
+        hooks.responded(tl, family, response)
+    except Exception:
+        internal_error("after a %s request", hooks.client_name)
     return response
+
+
+def read_on(tl: Timeline, response: Any, status: int, now: int) -> bool:
+    """An attempt of call ``tl`` was answered ``status`` (its headers read): True when the call goes on
+    with ``response``'s body. An error status ends the call now, streamed or not, unless the SDK's
+    retry loop decides (:func:`attempt_failed`)."""
+    if status >= 400 and attempt_failed(tl, None, status):
+        return False
+    register_response(response, tl)
+    if status >= 400:
+        tl.finish(sc.END_ERROR, now, error_type_for_status(status))
+        return False
+    return True
+
+
+class _HttpxHooks:
+    """Plain httpx's :class:`ClientHooks` (sync or async client)."""
+
+    __slots__ = ("is_async",)
+    client_name = "httpx"
+
+    def __init__(self, is_async: bool) -> None:
+        self.is_async = is_async
+
+    @property
+    def calls(self) -> DirectCalls | None:
+        return _direct
+
+    def wire_request(self, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WireRequest | None:
+        request = _request_of(args, kwargs)
+        return None if request is None else httpx_request(request, client)
+
+    def sending(self, tl: Timeline, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        _before_send(tl, _request_of(args, kwargs), self.is_async)
+
+    def responded(self, tl: Timeline, family: str, response: Any) -> None:
+        _after_send(tl, response)
+        calls = _direct
+        if calls is not None:
+            _direct_response(calls, tl, family, response)
+
+
+_HTTPX_SYNC = _HttpxHooks(False)
+_HTTPX_ASYNC = _HttpxHooks(True)
 
 
 def _send(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     tl = CURRENT_CALL.get()
     if tl is None:
-        return _send_direct(wrapped, instance, args, kwargs)
+        return send_direct(_HTTPX_SYNC, wrapped, instance, args, kwargs)
     if tl.ended:
         return wrapped(*args, **kwargs)
     try:
@@ -588,7 +675,7 @@ def _send(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, 
 async def _send_async(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     tl = CURRENT_CALL.get()
     if tl is None:
-        return await _send_direct_async(wrapped, instance, args, kwargs)
+        return await send_direct_async(_HTTPX_ASYNC, wrapped, instance, args, kwargs)
     if tl.ended:
         return await wrapped(*args, **kwargs)
     try:

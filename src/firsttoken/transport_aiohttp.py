@@ -38,17 +38,16 @@ from ._internal import internal_error
 from ._patch import Patches
 from .context import CURRENT_CALL
 from .headers import read_header_pairs
-from .streams import end_on_exception, error_type_for_status, watch
+from .streams import end_on_exception, watch
 from .timeline import Timeline
 from .transport import (
-    Attempt,
     DirectCalls,
     SseFeed,
     WireRequest,
-    attempt_failed,
     call_for_response,
-    register_response,
-    start_attempt,
+    next_attempt,
+    read_on,
+    send_direct_async,
     tls_facts,
 )
 
@@ -174,36 +173,21 @@ class AiohttpAdapter:
             kwargs = {**kwargs, "trace_configs": [*(configs or ()), self.trace_config]}
         return wrapped(*args, **kwargs)
 
-    # -- a request -----------------------------------------------------------------------------
+    # -- a request: an attempt of its call (transport.send_direct_async) ------------------------
 
-    def _start(self, session: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Timeline, str] | None:
-        try:
-            request = _wire_request(session, args, kwargs)
-            return None if request is None else start_attempt(self.calls, request)
-        except Exception:
-            internal_error("could not start an aiohttp call")
-            return None
+    client_name = "aiohttp"
+
+    def wire_request(self, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WireRequest | None:
+        return _wire_request(client, args, kwargs)
+
+    def sending(self, tl: Timeline, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        next_attempt(tl)
+        tl.headers_ns = None  # this attempt's (an SDK's retry loop may send several)
 
     async def _request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if CURRENT_CALL.get() is not None:  # an SDK's call sending through aiohttp: the SDK's hooks have it
-            return await wrapped(*args, **kwargs)
-        started = self._start(instance, args, kwargs)
-        if started is None:
-            return await wrapped(*args, **kwargs)
-        tl, family = started
-        with Attempt(tl):
-            tl.attempts += 1
-            if tl.attempts > 1:  # an attempt of an SDK's retry loop: this attempt's headers and connection
-                tl.headers_ns = tl.connect_ns = None
-            tl.cut(time.perf_counter_ns(), sc.PHASE_PREPARE if tl.attempts == 1 else sc.PHASE_RETRY_WAIT)
-            response = await wrapped(*args, **kwargs)
-        try:
-            self._responded(tl, family, response)
-        except Exception:
-            internal_error("after an aiohttp request")
-        return response
+        return await send_direct_async(self, wrapped, instance, args, kwargs)
 
-    def _responded(self, tl: Timeline, family: str, response: Any) -> None:
+    def responded(self, tl: Timeline, family: str, response: Any) -> None:
         now = time.perf_counter_ns()
         tl.status_code = response.status
         tl.attempt_log.append((now, response.status))
@@ -217,11 +201,7 @@ class AiohttpAdapter:
         transport = None if connection is None else connection.transport
         if transport is not None:
             tls_facts(tl, transport)
-        if response.status >= 400 and attempt_failed(tl, None, response.status):
-            return  # the SDK's retry loop decides
-        register_response(response, tl)
-        if response.status >= 400:  # an error status ends the call now, streamed or not
-            tl.finish(sc.END_ERROR, now, error_type_for_status(response.status))
+        if not read_on(tl, response, response.status, now):
             return
         stream: Any = response.content
         if "text/event-stream" in response.headers.get("Content-Type", "") and type(stream) is self.stream_class:

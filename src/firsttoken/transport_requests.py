@@ -35,19 +35,18 @@ from ._internal import internal_error
 from ._patch import Patches
 from .context import CURRENT_CALL
 from .headers import read_headers
-from .streams import end_on_exception, error_type_for_status, watch
+from .streams import end_on_exception, watch
 from .timeline import Timeline
 from .transport import (
     CONNECTING,
-    Attempt,
     DirectCalls,
     SseFeed,
     WireRequest,
-    attempt_failed,
     call_for_response,
+    next_attempt,
     patch_dns,
-    register_response,
-    start_attempt,
+    read_on,
+    send_direct,
     tls_facts,
 )
 
@@ -115,44 +114,27 @@ class RequestsAdapter:
         ok = patches.wrap("requests.models", "Response.iter_content", self._iter_content) and ok
         ok = patches.wrap("requests.models", "Response.close", self._close) and ok
         if ok and self.wire_phases:
-            patch_dns(patches)
-            patches.wrap("urllib3.connection", "HTTPConnection.connect", _connect)
-            patches.wrap("urllib3.connection", "HTTPSConnection.connect", _connect)
-            patches.wrap("urllib3.connection", "HTTPConnection.getresponse", _getresponse)
+            patch_urllib3(patches)
         return ok
 
-    # -- a request -----------------------------------------------------------------------------
+    # -- a request: an attempt of its call (transport.send_direct) -------------------------------
 
-    def _start(self, adapter: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Timeline, str] | None:
-        try:
-            request = _wire_request(args[0] if args else kwargs["request"], adapter)
-            return None if request is None else start_attempt(self.calls, request)
-        except Exception:
-            internal_error("could not start a requests call")
-            return None
+    client_name = "requests"
+
+    def wire_request(self, client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WireRequest | None:
+        return _wire_request(args[0] if args else kwargs["request"], client)
+
+    def sending(self, tl: Timeline, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        next_attempt(tl)
+        tl.headers_ns = None
+        sent = (args[0] if args else kwargs["request"]).body
+        if isinstance(sent, (bytes, str)):  # else a streamed body: its size is not known up front
+            tl.request_bytes = (tl.request_bytes or 0) + len(sent.encode() if isinstance(sent, str) else sent)
 
     def _send(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if CURRENT_CALL.get() is not None:  # an SDK's call sending through requests: the SDK's hooks have it
-            return wrapped(*args, **kwargs)
-        started = self._start(instance, args, kwargs)
-        if started is None:
-            return wrapped(*args, **kwargs)
-        tl, family = started
-        with Attempt(tl):
-            tl.attempts += 1
-            tl.connect_ns = tl.headers_ns = None
-            sent = (args[0] if args else kwargs["request"]).body
-            if isinstance(sent, (bytes, str)):  # else a streamed body: its size is not known up front
-                tl.request_bytes = (tl.request_bytes or 0) + len(sent.encode() if isinstance(sent, str) else sent)
-            tl.cut(time.perf_counter_ns(), sc.PHASE_PREPARE if tl.attempts == 1 else sc.PHASE_RETRY_WAIT)
-            response = wrapped(*args, **kwargs)
-        try:
-            self._responded(tl, family, response)
-        except Exception:
-            internal_error("after a requests request")
-        return response
+        return send_direct(self, wrapped, instance, args, kwargs)
 
-    def _responded(self, tl: Timeline, family: str, response: Any) -> None:
+    def responded(self, tl: Timeline, family: str, response: Any) -> None:
         now = time.perf_counter_ns()
         status = response.status_code
         tl.status_code = status
@@ -166,11 +148,7 @@ class RequestsAdapter:
         if version in (10, 11, 20):
             tl.extra[sc.NETWORK_PROTOCOL_VERSION] = f"{version // 10}.{version % 10}"
         read_headers(tl, response.headers)
-        if status >= 400 and attempt_failed(tl, None, status):
-            return  # the SDK's retry loop decides
-        register_response(response, tl)
-        if status >= 400:  # an error status ends the call now, streamed or not
-            tl.finish(sc.END_ERROR, now, error_type_for_status(status))
+        if not read_on(tl, response, status, now):
             return
         headers = response.headers
         streamed = "text/event-stream" in headers.get("Content-Type", "")
@@ -264,6 +242,15 @@ def _wire_bytes(response: Any, body: _Body) -> int:
 
 
 # -- urllib3's connection: the wire phases of the call in progress ---------------------------------
+
+
+def patch_urllib3(patches: Patches) -> None:
+    """Cut the wire phases of the call in progress in urllib3's connections (requests' and botocore's),
+    DNS with them."""
+    patch_dns(patches)
+    patches.wrap("urllib3.connection", "HTTPConnection.connect", _connect)
+    patches.wrap("urllib3.connection", "HTTPSConnection.connect", _connect)
+    patches.wrap("urllib3.connection", "HTTPConnection.getresponse", _getresponse)
 
 
 def _connect(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -150,3 +150,20 @@ def test_invoke_model_with_response_stream(runtime: Any) -> None:
     response = runtime.invoke_model_with_response_stream(modelId="m", body=json.dumps(BODY))
     events = [json.loads(e["chunk"]["bytes"]) for e in response["body"]]
     assert events[0]["type"] == "message_start" and events[-1]["type"] == "message_stop"
+
+
+def test_bedrock_errors_are_bedrocks(sim: Simulator) -> None:
+    """Bedrock's own error shape on its paths, and no rate-limit headers; an overloaded model is a 503."""
+    answered = httpx.post(
+        f"{sim.url}/model/m/converse", json={"messages": [{"role": "user", "content": [{"text": "Hi"}]}]}
+    )
+    assert not [h for h in answered.headers if "ratelimit" in h]
+    for fault, status, kind in (
+        (Fault.rate_limit(retry_after=0), 429, "ThrottlingException"),
+        (Fault.overloaded(), 503, "ServiceUnavailableException"),
+    ):
+        sim.inject(fault)
+        response = httpx.post(f"{sim.url}/model/m/invoke", json=BODY)
+        assert response.status_code == status
+        assert response.headers["x-amzn-errortype"].partition(":")[0] == kind
+        assert set(response.json()) == {"message"}

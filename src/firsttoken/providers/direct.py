@@ -28,12 +28,12 @@ from ..streams import ERROR_EVENT, end_on_exception, error_type_for_status
 from ..timeline import Timeline
 from ..transport import WireRequest
 from . import _common as common
-from . import anthropic, cohere, gemini, openai
+from . import anthropic, bedrock, cohere, gemini, openai
 from ._hooks import EVENT_END, EVENT_ERROR, CallDescription, StreamState, WireFormat, open_call
 
 log = logging.getLogger("firsttoken")
 
-FORMATS: tuple[WireFormat, ...] = (anthropic.FORMAT, openai.FORMAT, gemini.FORMAT, cohere.FORMAT)
+FORMATS: tuple[WireFormat, ...] = (anthropic.FORMAT, openai.FORMAT, gemini.FORMAT, cohere.FORMAT, bedrock.FORMAT)
 """The wire formats read on the wire, the most specific paths first: one row per format."""
 _BY_FAMILY = {f.family: f for f in FORMATS}
 
@@ -145,8 +145,20 @@ class SseReader:
             event = json.loads(payload)
         except ValueError:  # not JSON: an event this reader does not know
             return
-        if not isinstance(event, Mapping):
+        if isinstance(event, Mapping):
+            self.read(event, now)
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        """One event of a stream its client parsed itself (botocore's event stream), read as an SSE one."""
+        if self.done:
             return
+        try:
+            self.read(event, time.perf_counter_ns())
+        except Exception:
+            internal_error("reading a streamed event on the wire failed")
+
+    def read(self, event: Mapping[str, Any], now: int) -> None:
+        tl = self.tl
         if tl.first_chunk_ns is None:
             tl.first_chunk_ns = now
         elif tl.chunk_gaps is not None and tl.last_chunk_ns is not None:

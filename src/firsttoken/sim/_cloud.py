@@ -25,7 +25,7 @@ from ._output import ApiError, answer
 from ._reply import Call, dumps
 from ._text import Prompt, chunk
 
-__all__ = ["Cloud", "bedrock_error_event", "event_frame", "match"]
+__all__ = ["Cloud", "bedrock_error", "bedrock_error_event", "event_frame", "match"]
 
 EVENTSTREAM = [
     ("content-type", "application/vnd.amazon.eventstream"),
@@ -44,6 +44,30 @@ class Cloud(NamedTuple):
     model: str
     stream: bool
     route: Callable[[Call], Awaitable[None]]
+    bedrock: bool
+    """Bedrock's: its errors are Bedrock's (:func:`bedrock_error`), and it sends no rate-limit headers."""
+
+
+_BEDROCK_ERRORS = {
+    400: "ValidationException",
+    403: "AccessDeniedException",
+    404: "ResourceNotFoundException",
+    408: "ModelTimeoutException",
+    424: "ModelErrorException",
+    429: "ThrottlingException",
+    503: "ServiceUnavailableException",
+}
+
+
+def bedrock_error(status: int, message: str) -> tuple[list[tuple[str, str]], bytes]:
+    """An error as Bedrock Runtime answers it: its type in ``x-amzn-ErrorType`` (which botocore reads
+    for the error code), and ``{"message": ...}``."""
+    kind = _BEDROCK_ERRORS.get(status, "InternalServerException")
+    headers = [
+        ("content-type", "application/json"),
+        ("x-amzn-errortype", f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/"),
+    ]
+    return headers, dumps({"message": message})
 
 
 def _header(name: str, value: str) -> bytes:
@@ -167,8 +191,8 @@ def match(path: str) -> Cloud | None:
     if found is not None:
         op = found["op"]
         route = _converse if op.startswith("converse") else _bedrock
-        return Cloud(unquote(found["model"]), op.endswith("-stream"), route)
+        return Cloud(unquote(found["model"]), op.endswith("-stream"), route, True)
     found = _VERTEX.fullmatch(path)
     if found is not None:
-        return Cloud(unquote(found["model"]), found["op"] == "streamRawPredict", _vertex)
+        return Cloud(unquote(found["model"]), found["op"] == "streamRawPredict", _vertex, False)
     return None

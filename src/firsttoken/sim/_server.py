@@ -326,7 +326,8 @@ class Simulator:
         cloud = _cloud.match(req.path)  # so do Claude's on Bedrock and Vertex AI
         if cloud is not None:
             model, stream = cloud.model, cloud.stream
-        headers = self._rate_headers(anthropic, time.monotonic())
+        bedrock = cloud is not None and cloud.bedrock
+        headers = [] if bedrock else self._rate_headers(anthropic, time.monotonic())
         with self._lock:
             self._recent.append((time.monotonic(), len(req.body) // 4))
 
@@ -352,13 +353,16 @@ class Simulator:
             call.provider = parse_style(style) if style is not None else self.provider_timing
             fault = Fault.parse(spec) if spec else self._faults.take(req.path, model)
         except ValueError as err:
+            if bedrock:
+                await call.respond(400, *_cloud.bedrock_error(400, str(err)))
+                return
             error = _anthropic.error_body(400, str(err)) if anthropic else _openai.error_body(400, str(err))
             await call.respond(400, [("content-type", "application/json"), *headers], error)
             return
         call.fault = fault
         try:
             if fault is not None and fault.is_status:
-                await self._fault_response(call, fault, anthropic)
+                await self._fault_response(call, fault, anthropic, bedrock)
                 return
             if parse_error:
                 raise ApiError(400, parse_error)
@@ -380,6 +384,9 @@ class Simulator:
         except ApiError as err:
             if exchange.headers_sent:
                 raise
+            if bedrock:
+                await call.respond(err.status, *_cloud.bedrock_error(err.status, err.message))
+                return
             if anthropic:
                 body_bytes = _anthropic.error_body(err.status, err.message)
             else:
@@ -391,7 +398,7 @@ class Simulator:
             call.record(200 if exchange.headers_sent else 0, disconnected=True)
             raise
 
-    async def _fault_response(self, call: Call, fault: Fault, anthropic: bool) -> None:
+    async def _fault_response(self, call: Call, fault: Fault, anthropic: bool, bedrock: bool) -> None:
         status = fault.status or 500
         headers = [("content-type", "application/json"), *call.headers]
         if fault.kind == "rate_limit":
@@ -404,6 +411,11 @@ class Simulator:
             status = 529 if anthropic else 503
         else:
             message = "The server had an error while processing your request (simulated)."
+        if bedrock:
+            status = 503 if status == 529 else status  # an overloaded model is a 503 on Bedrock
+            more, body = _cloud.bedrock_error(status, message)
+            await call.respond(status, [*more, *headers[1:]], body)
+            return
         if anthropic:
             body = _anthropic.error_body(status, message)
         else:

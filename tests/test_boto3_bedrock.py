@@ -1,0 +1,231 @@
+"""boto3's ``bedrock-runtime`` client, measured on the client seam (botocore sends through urllib3):
+``converse``, ``converse_stream``, ``invoke_model`` and ``invoke_model_with_response_stream`` against the
+simulator speaking Bedrock Runtime (AWS event-stream frames, checked by botocore's own parser), signed
+with fake credentials over real loopback sockets.
+
+Timings: the simulator's queue is 30 ms and it decodes 400 tokens/s, so the first content delta comes
+at least 30 ms after the request and after the response's headers; the bounds above are generous (5 s)
+for a busy machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import firsttoken
+from firsttoken import semconv as sc
+from firsttoken.sim import CacheConfig, Fault, LatencyModel, Simulator
+
+from .conftest import Telemetry
+
+boto3 = pytest.importorskip("boto3", reason="boto3 is in the dev extra")
+from botocore.config import Config  # noqa: E402
+from botocore.exceptions import ClientError, EventStreamError  # noqa: E402
+
+MODEL_ID = "anthropic.claude-x-v1:0"
+LATENCY = LatencyModel(queue_ms=30, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=400, jitter=0, output_tokens=12)
+SYSTEM = [{"text": "You are a careful assistant for a shipping company. " * 40}, {"cachePoint": {"type": "default"}}]
+CONVERSE: dict[str, Any] = {
+    "modelId": MODEL_ID,
+    "system": SYSTEM,
+    "messages": [{"role": "user", "content": [{"text": "Say hello"}]}],
+    "inferenceConfig": {"maxTokens": 64},
+}
+ANTHROPIC_BODY = json.dumps(
+    {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64, "messages": [{"role": "user", "content": "Hi"}]}
+)
+SECRET = "wJalrXUtnFEMI-fake-secret"
+
+
+@pytest.fixture
+def sim() -> Iterator[Simulator]:
+    with Simulator(latency=LATENCY, seed=5, cache=CacheConfig(min_tokens=256, block_tokens=64)) as s:
+        yield s
+
+
+def _client(sim: Simulator, attempts: int = 1) -> Any:
+    """``total_max_attempts``: botocore's ``max_attempts`` counts the retries only."""
+    return boto3.client(
+        "bedrock-runtime",
+        region_name="us-east-1",
+        endpoint_url=sim.url,
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key=SECRET,
+        aws_session_token="fake-session-token",
+        config=Config(retries={"total_max_attempts": attempts, "mode": "standard"}),
+    )
+
+
+@contextlib.contextmanager
+def _instrumented(**options: Any) -> Iterator[Telemetry]:
+    t = Telemetry()
+    assert firsttoken.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider, **options)
+    try:
+        yield t
+    finally:
+        firsttoken.uninstrument()
+
+
+@pytest.fixture
+def telemetry() -> Iterator[Telemetry]:
+    with _instrumented() as t:
+        yield t
+
+
+@pytest.fixture
+def captured() -> Iterator[Telemetry]:
+    with _instrumented(capture_content=True) as t:
+        yield t
+
+
+def _attrs(t: Telemetry) -> dict[str, Any]:
+    return dict(t.call().attributes or {})
+
+
+def test_converse_stream_ttft_tokens_and_cache(telemetry: Telemetry, sim: Simulator) -> None:
+    runtime = _client(sim)
+    for _ in range(2):  # the second reads the system prompt's cache the first wrote
+        events = list(runtime.converse_stream(**CONVERSE)["stream"])
+        assert "metadata" in events[-1], "what boto3 returns is untouched"
+    first, second = (dict(s.attributes or {}) for s in telemetry.calls())
+    for a in (first, second):
+        assert a[sc.GEN_AI_PROVIDER_NAME] == "aws.bedrock"
+        assert a[sc.GEN_AI_REQUEST_MODEL] == MODEL_ID
+        assert a[sc.GEN_AI_REQUEST_STREAM] is True
+        assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+        assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
+        assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 12
+        assert a[sc.GEN_AI_REQUEST_MAX_TOKENS] == 64
+        # TTFT at the first content delta (after messageStart), after the headers and the simulator's queue.
+        assert 0.03 <= a[sc.FT_TIME_TO_RESPONSE_HEADERS] <= a[sc.FT_TIME_TO_FIRST_TOKEN] < 5.0
+        assert a[sc.FT_CHUNK_COUNT] > 2
+        assert a[sc.FT_ATTEMPTS] == 1
+        assert a[sc.FT_REQUEST_BODY_SIZE] > 0  # the response's is not known: urllib3 does not count a chunked body
+    served = sim.requests
+    assert first[sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == served[0].cache_creation_tokens > 0
+    assert second[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == served[1].cached_tokens > 0
+    assert first[sc.GEN_AI_USAGE_INPUT_TOKENS] == second[sc.GEN_AI_USAGE_INPUT_TOKENS] == served[0].input_tokens
+    assert second[sc.FT_CONNECTION_REUSED] is True
+
+
+def test_converse_whole_and_invoke_model(telemetry: Telemetry, sim: Simulator) -> None:
+    runtime = _client(sim)
+    answer = runtime.converse(**CONVERSE)
+    body = json.loads(runtime.invoke_model(modelId=MODEL_ID, body=ANTHROPIC_BODY)["body"].read())
+    converse, invoke = (dict(s.attributes or {}) for s in telemetry.calls())
+    assert converse[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == answer["usage"]["outputTokens"] == 12
+    assert converse[sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == answer["usage"]["cacheWriteInputTokens"] > 0
+    assert invoke[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == body["usage"]["output_tokens"] == 12
+    for a in (converse, invoke):
+        assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+        assert a[sc.FT_RESPONSE_BODY_SIZE] > 0
+        assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
+        assert a.get(sc.GEN_AI_REQUEST_STREAM) is not True
+        assert sc.FT_TIME_TO_FIRST_TOKEN not in a
+        assert a[sc.GEN_AI_PROVIDER_NAME] == "aws.bedrock"
+
+
+def test_invoke_model_with_response_stream_reads_the_anthropic_events(telemetry: Telemetry, sim: Simulator) -> None:
+    stream = _client(sim).invoke_model_with_response_stream(modelId=MODEL_ID, body=ANTHROPIC_BODY)["body"]
+    chunks = [json.loads(e["chunk"]["bytes"]) for e in stream]
+    assert chunks[-1]["type"] == "message_stop"
+    a = _attrs(telemetry)
+    assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 12 and a[sc.GEN_AI_USAGE_INPUT_TOKENS] > 0
+    assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
+    assert 0.03 <= a[sc.FT_TIME_TO_RESPONSE_HEADERS] <= a[sc.FT_TIME_TO_FIRST_TOKEN] < 5.0
+
+
+def test_capture_on_keeps_the_content_and_never_the_credentials(captured: Telemetry, sim: Simulator) -> None:
+    events = list(_client(sim).converse_stream(**CONVERSE)["stream"])
+    text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e)
+    a = _attrs(captured)
+    assert "Say hello" in a[sc.GEN_AI_INPUT_MESSAGES]
+    assert text and text in a[sc.GEN_AI_OUTPUT_MESSAGES]
+    everything = repr([s.attributes for s in captured.spans()]) + repr(captured.metrics())
+    for secret in ("AKIDEXAMPLE", SECRET, "fake-session-token", "Signature", "AWS4-HMAC-SHA256"):
+        assert secret not in everything
+
+
+def test_capture_off_keeps_no_content(telemetry: Telemetry, sim: Simulator) -> None:
+    list(_client(sim).converse_stream(**CONVERSE)["stream"])
+    a = _attrs(telemetry)
+    assert sc.GEN_AI_INPUT_MESSAGES not in a and sc.GEN_AI_OUTPUT_MESSAGES not in a
+
+
+def test_an_early_close_ends_the_call_as_closed(telemetry: Telemetry, sim: Simulator) -> None:
+    stream = _client(sim).converse_stream(**CONVERSE)["stream"]
+    for event in stream:
+        if "contentBlockDelta" in event:
+            break
+    assert telemetry.calls() == []
+    stream.close()
+    a = _attrs(telemetry)  # at the close, not when the stream is collected
+    assert a[sc.FT_END_REASON] == sc.END_CLOSED
+    assert sc.FT_TIME_TO_FIRST_TOKEN in a
+
+
+def test_a_dropped_connection_is_an_error_at_that_moment(telemetry: Telemetry, sim: Simulator) -> None:
+    sim.inject(Fault.drop_after(chunks=3))
+    stream = _client(sim).converse_stream(**CONVERSE)["stream"]
+    with pytest.raises(Exception) as raised:
+        list(stream)
+    span = telemetry.call()  # the app still holds the stream
+    a = dict(span.attributes or {})
+    assert a[sc.FT_END_REASON] == sc.END_ERROR
+    assert a[sc.ERROR_TYPE] == type(raised.value).__qualname__
+    assert span.status.status_code.name == "ERROR"
+
+
+def test_an_exception_event_is_an_error_event(telemetry: Telemetry, sim: Simulator) -> None:
+    sim.inject(Fault.error_event(after_chunks=2))
+    with pytest.raises(EventStreamError):
+        list(_client(sim).invoke_model_with_response_stream(modelId=MODEL_ID, body=ANTHROPIC_BODY)["body"])
+    a = _attrs(telemetry)
+    assert a[sc.FT_END_REASON] == sc.END_ERROR
+    assert a[sc.ERROR_TYPE] == "APIError"
+
+
+def test_throttling_retried_by_botocore_is_one_call(telemetry: Telemetry, sim: Simulator) -> None:
+    """botocore's own retries (standard mode, backoff up to 1 s for the one retry) are one call's attempts;
+    given up, the call ends with the last attempt's class: throttling is the rate-limit one."""
+    runtime = _client(sim, attempts=2)
+    sim.inject(Fault.rate_limit(retry_after=0))
+    runtime.converse(**CONVERSE)  # throttled, then answered
+    for _ in range(2):
+        sim.inject(Fault.rate_limit(retry_after=0))
+    with pytest.raises(ClientError) as raised:
+        runtime.converse_stream(**CONVERSE)
+    assert raised.value.response["Error"]["Code"] == "ThrottlingException", "Bedrock's error, as botocore reads it"
+    answered, given_up = (dict(s.attributes or {}) for s in telemetry.calls())
+    assert answered[sc.FT_ATTEMPTS] == 2 and answered[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert answered[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 12
+    assert given_up[sc.FT_ATTEMPTS] == 2 and given_up[sc.FT_END_REASON] == sc.END_ERROR
+    assert given_up[sc.ERROR_TYPE] == "RateLimitError"
+    assert given_up[sc.HTTP_RESPONSE_STATUS_CODE] == 429
+    assert [r.status for r in sim.requests] == [429, 200, 429, 429]
+
+
+def _converse_both(sim: Simulator) -> tuple[list[Any], dict[str, Any]]:
+    """What the app gets, less what differs from call to call: the request id and date, and the
+    simulator's own latency figure (``metrics``)."""
+    runtime = _client(sim)
+    events = list(runtime.converse_stream(**CONVERSE)["stream"])
+    events[-1]["metadata"].pop("metrics")
+    whole = runtime.converse(**CONVERSE)
+    whole.pop("ResponseMetadata"), whole.pop("metrics")
+    return events, whole
+
+
+def test_boto3_returns_the_same_with_and_without_firsttoken() -> None:
+    with Simulator(latency=LATENCY, seed=9) as sim:
+        plain = _converse_both(sim)
+    with Simulator(latency=LATENCY, seed=9) as sim, _instrumented() as t:
+        measured = _converse_both(sim)
+    assert len(t.calls()) == 2
+    assert measured == plain
