@@ -384,12 +384,13 @@ class Recorder:
             (sc.GEN_AI_USAGE_OUTPUT_TOKENS, tl.output_tokens),
             (sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, tl.cache_read_tokens),
             (sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, tl.cache_creation_tokens),
-            (sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, tl.reasoning_tokens),
             (sc.GEN_AI_EMBEDDINGS_DIMENSION_COUNT, tl.embedding_dimensions),
             (sc.HTTP_RESPONSE_STATUS_CODE, tl.status_code),
         ):
             if value is not None:
                 attrs[key] = value
+        if tl.reasoning_tokens:  # absent: none reported (zero, or a model that does not reason)
+            attrs[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = tl.reasoning_tokens
         if tl.stream:
             attrs[sc.FT_CHUNK_COUNT] = tl.chunk_count
             ttfc = tl.time_to_first_chunk_s
@@ -402,7 +403,8 @@ class Recorder:
             counted = tl.decode_tokens()
             if tpot is not None and counted is not None:
                 attrs[sc.FT_TIME_PER_OUTPUT_TOKEN] = tpot
-                attrs[sc.FT_DECODE_TOKEN_SOURCE] = counted[1]
+                if counted[1] != sc.TOKEN_SOURCE_USAGE:  # absent: from the provider's usage
+                    attrs[sc.FT_DECODE_TOKEN_SOURCE] = counted[1]
                 if tpot > 0:
                     attrs[sc.FT_OUTPUT_TOKENS_PER_SECOND] = 1.0 / tpot
         if tl.headers_ns is not None:
@@ -415,10 +417,9 @@ class Recorder:
             attrs[sc.FT_REQUEST_BODY_SIZE] = tl.request_bytes
         if tl.response_bytes is not None:
             attrs[sc.FT_RESPONSE_BODY_SIZE] = tl.response_bytes
-        if tl.attempts:
+        if tl.attempts > 1:  # absent: one attempt (or none sent), as http.request.resend_count's absence says
             attrs[sc.FT_ATTEMPTS] = tl.attempts
-            if tl.attempts > 1:
-                attrs[sc.HTTP_REQUEST_RESEND_COUNT] = tl.attempts - 1
+            attrs[sc.HTTP_REQUEST_RESEND_COUNT] = tl.attempts - 1
         if tl.end_reason:
             attrs[sc.FT_END_REASON] = tl.end_reason
         attrs.update(tl.extra)

@@ -31,7 +31,7 @@ from ..timeline import CallStart, Timeline
 from ..transport import call_for_response, register_response
 from . import _common as common
 from . import _levers as levers
-from .endpoints import Endpoint
+from .endpoints import SOURCE_SDK, Endpoint
 
 log = logging.getLogger("firsttoken")
 
@@ -129,7 +129,8 @@ def open_call(
     )
     tl.api_type = what.api_type
     tl.endpoint = endpoint
-    tl.extra[sc.FT_PROVIDER_SOURCE] = endpoint.source
+    if endpoint.source != SOURCE_SDK:  # absent: named after the SDK's API, the default
+        tl.extra[sc.FT_PROVIDER_SOURCE] = endpoint.source
     tl.traffic_class = TRAFFIC_CLASS.get()
     tl.conversation_id = CONVERSATION_ID.get()
     tl.action = CURRENT_ACTION.get()
