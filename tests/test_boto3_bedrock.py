@@ -104,7 +104,7 @@ def test_converse_stream_ttft_tokens_and_cache(telemetry: Telemetry, sim: Simula
         # TTFT at the first content delta (after messageStart), after the headers and the simulator's queue.
         assert 0.03 <= a[sc.FT_TIME_TO_RESPONSE_HEADERS] <= a[sc.FT_TIME_TO_FIRST_TOKEN] < 5.0
         assert a[sc.FT_CHUNK_COUNT] > 2
-        assert a[sc.FT_ATTEMPTS] == 1
+        assert sc.FT_ATTEMPTS not in a  # one attempt: absent (docs/semantics.md, "Absent means")
         assert a[sc.FT_REQUEST_BODY_SIZE] > 0  # the response's is not known: urllib3 does not count a chunked body
     served = sim.requests
     assert first[sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == served[0].cache_creation_tokens > 0
