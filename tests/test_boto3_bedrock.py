@@ -131,6 +131,20 @@ def test_converse_whole_and_invoke_model(telemetry: Telemetry, sim: Simulator) -
         assert a[sc.GEN_AI_PROVIDER_NAME] == "aws.bedrock"
 
 
+def test_invoke_model_read_by_its_length_then_closed_is_completed(telemetry: Telemetry, sim: Simulator) -> None:
+    """``body.read(content_length)`` reads it all: the call completed with its usage, before the close
+    (it waited for a read past the end, and the close made it ``closed`` with no usage)."""
+    response = _client(sim).invoke_model(modelId=MODEL_ID, body=ANTHROPIC_BODY)
+    length = int(response["ResponseMetadata"]["HTTPHeaders"]["content-length"])
+    data = response["body"].read(length)
+    assert len(telemetry.calls()) == 1
+    response["body"].close()
+    a = _attrs(telemetry)
+    assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == json.loads(data)["usage"]["output_tokens"] == 12
+    assert a[sc.FT_RESPONSE_BODY_SIZE] == length
+
+
 def test_invoke_model_with_response_stream_reads_the_anthropic_events(telemetry: Telemetry, sim: Simulator) -> None:
     stream = _client(sim).invoke_model_with_response_stream(modelId=MODEL_ID, body=ANTHROPIC_BODY)["body"]
     chunks = [json.loads(e["chunk"]["bytes"]) for e in stream]
