@@ -8,6 +8,7 @@ through aiohttp with the same request, and the two call spans must say the same.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from typing import Any
 
@@ -232,6 +233,26 @@ def test_other_aiohttp_requests_pass_straight_through(telemetry: Telemetry, sim:
     assert asyncio.run(run()) == 200
     assert telemetry.calls() == []
     assert "aiohttp" in sys.modules
+
+
+def test_a_failure_of_firsttoken_before_the_send_never_reaches_the_app(
+    telemetry: Telemetry, sim: Simulator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The async seam's ``sending`` hook failing (a bug of firsttoken's) is logged, and the request
+    still goes (it raised into the app)."""
+    from firsttoken._internal import ENV_VAR
+    from firsttoken.transport_aiohttp import AiohttpAdapter
+
+    def broken(*_: Any) -> None:
+        raise KeyError("a request the hook did not expect")
+
+    monkeypatch.delenv(ENV_VAR)  # as in production: logged, not raised
+    monkeypatch.setattr(AiohttpAdapter, "sending", broken)
+    _fmt, path, body = _requests(stream=False)[0]
+    with caplog.at_level(logging.DEBUG, logger="firsttoken"):
+        assert asyncio.run(_send_aiohttp(sim.url + path, body, stream=False)) == 200
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == ["firsttoken: before a aiohttp request"]
+    assert telemetry.call().attributes[sc.FT_END_REASON] == sc.END_COMPLETED  # type: ignore[index]
 
 
 def test_wire_phases_over_tls_and_a_reused_connection(telemetry: Telemetry) -> None:

@@ -28,6 +28,7 @@ from botocore.config import Config  # noqa: E402
 from botocore.exceptions import ClientError, EventStreamError  # noqa: E402
 
 MODEL_ID = "anthropic.claude-x-v1:0"
+NOVA_ID = "amazon.nova-lite-v1:0"
 LATENCY = LatencyModel(queue_ms=30, prefill_ms_per_1k_tokens=0, decode_tokens_per_s=400, jitter=0, output_tokens=12)
 SYSTEM = [{"text": "You are a careful assistant for a shipping company. " * 40}, {"cachePoint": {"type": "default"}}]
 CONVERSE: dict[str, Any] = {
@@ -130,6 +131,20 @@ def test_converse_whole_and_invoke_model(telemetry: Telemetry, sim: Simulator) -
         assert a[sc.GEN_AI_PROVIDER_NAME] == "aws.bedrock"
 
 
+def test_invoke_model_read_by_its_length_then_closed_is_completed(telemetry: Telemetry, sim: Simulator) -> None:
+    """``body.read(content_length)`` reads it all: the call completed with its usage, before the close
+    (it waited for a read past the end, and the close made it ``closed`` with no usage)."""
+    response = _client(sim).invoke_model(modelId=MODEL_ID, body=ANTHROPIC_BODY)
+    length = int(response["ResponseMetadata"]["HTTPHeaders"]["content-length"])
+    data = response["body"].read(length)
+    assert len(telemetry.calls()) == 1
+    response["body"].close()
+    a = _attrs(telemetry)
+    assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == json.loads(data)["usage"]["output_tokens"] == 12
+    assert a[sc.FT_RESPONSE_BODY_SIZE] == length
+
+
 def test_invoke_model_with_response_stream_reads_the_anthropic_events(telemetry: Telemetry, sim: Simulator) -> None:
     stream = _client(sim).invoke_model_with_response_stream(modelId=MODEL_ID, body=ANTHROPIC_BODY)["body"]
     chunks = [json.loads(e["chunk"]["bytes"]) for e in stream]
@@ -139,6 +154,64 @@ def test_invoke_model_with_response_stream_reads_the_anthropic_events(telemetry:
     assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 12 and a[sc.GEN_AI_USAGE_INPUT_TOKENS] > 0
     assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
     assert 0.03 <= a[sc.FT_TIME_TO_RESPONSE_HEADERS] <= a[sc.FT_TIME_TO_FIRST_TOKEN] < 5.0
+
+
+def test_invoke_model_with_response_stream_reads_nova_and_its_invocation_metrics(
+    telemetry: Telemetry, sim: Simulator
+) -> None:
+    """Nova's chunks have Converse's shapes (no ``type``), its last Bedrock's invocation metrics: read
+    to its end, the stream completed with its TTFT and usage (it was read as Anthropic's: no TTFT, no
+    usage, and ``closed``)."""
+    body = json.dumps({"messages": CONVERSE["messages"], "inferenceConfig": {"maxTokens": 64}})
+    stream = _client(sim).invoke_model_with_response_stream(modelId=NOVA_ID, body=body)["body"]
+    chunks = [json.loads(e["chunk"]["bytes"]) for e in stream]
+    assert chunks[-1]["amazon-bedrock-invocationMetrics"]["outputTokenCount"] == 12
+    a = _attrs(telemetry)
+    assert a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert a[sc.GEN_AI_REQUEST_MODEL] == NOVA_ID
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 12 and a[sc.GEN_AI_USAGE_INPUT_TOKENS] == sim.requests[0].input_tokens
+    assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
+    assert 0.03 <= a[sc.FT_TIME_TO_RESPONSE_HEADERS] <= a[sc.FT_TIME_TO_FIRST_TOKEN] < 5.0
+
+
+def test_llama_chunks_give_the_first_token_and_the_invocation_metrics_end_the_stream(telemetry: Telemetry) -> None:
+    """Llama's InvokeModel chunks (``generation``; the simulator does not speak Llama), as botocore hands
+    them over: the first with text is the first token, the last (Bedrock's invocation metrics) the end."""
+    from firsttoken import _install
+    from firsttoken.providers import direct
+    from firsttoken.transport import WireRequest
+
+    recorder = _install.active_recorder()
+    assert recorder is not None
+    calls = direct.DirectCalls(recorder, direct.common.provider_resolver({}))
+    path = "/model/meta.llama3-8b-instruct-v1:0/invoke-with-response-stream"
+    started = calls.start(
+        WireRequest("POST", "https", "bedrock-runtime.us-east-1.amazonaws.com", None, path, {}, b"{}")
+    )
+    assert started is not None
+    tl, family = started
+    reader = calls.sse_reader(tl, family)
+    metrics = {"inputTokenCount": 3, "outputTokenCount": 2, "invocationLatency": 90, "firstByteLatency": 40}
+    chunks = [
+        {"generation": "", "prompt_token_count": 3, "generation_token_count": 0, "stop_reason": None},
+        {"generation": "Hel", "prompt_token_count": None, "generation_token_count": 1, "stop_reason": None},
+        {
+            "generation": "lo",
+            "generation_token_count": 2,
+            "stop_reason": "stop",
+            "amazon-bedrock-invocationMetrics": metrics,
+        },
+    ]
+    for i, chunk in enumerate(chunks):
+        assert not reader.done
+        reader.event({"chunk": {"bytes": json.dumps(chunk).encode()}})
+        assert (tl.first_token_ns is None) == (i == 0)  # an empty generation is no token
+    assert reader.done
+    tl.finish(sc.END_COMPLETED)
+    a = _attrs(telemetry)
+    assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] == 3 and a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 2
+    assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
+    assert sc.FT_TIME_TO_FIRST_TOKEN in a
 
 
 def test_capture_on_keeps_the_content_and_never_the_credentials(captured: Telemetry, sim: Simulator) -> None:

@@ -9,6 +9,7 @@ request, and the two call spans must say the same.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
@@ -263,6 +264,27 @@ def test_other_requests_pass_straight_through(telemetry: Telemetry, sim: Simulat
     assert requests.post(sim.url + path, json=body, timeout=10).status_code == 200
     (call,) = telemetry.calls()  # the LLM call only
     assert call.attributes[sc.GEN_AI_REQUEST_MODEL] == "gpt-4o-mini"  # type: ignore[index]
+
+
+def test_a_failure_of_firsttoken_before_the_send_never_reaches_the_app(
+    telemetry: Telemetry, sim: Simulator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client seam's ``sending`` hook failing (a bug of firsttoken's) is logged, and the request
+    still goes and is answered as without firsttoken (it raised into the app)."""
+    from firsttoken._internal import ENV_VAR
+    from firsttoken.transport_requests import RequestsAdapter
+
+    def broken(*_: Any) -> None:
+        raise KeyError("a request the hook did not expect")
+
+    monkeypatch.delenv(ENV_VAR)  # as in production: logged, not raised
+    monkeypatch.setattr(RequestsAdapter, "sending", broken)
+    _fmt, path, body = _requests(stream=False)[0]
+    with caplog.at_level(logging.DEBUG, logger="firsttoken"):
+        response = requests.post(sim.url + path, json=body, timeout=10)
+    assert response.status_code == 200 and response.json()["choices"]
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == ["firsttoken: before a requests request"]
+    assert telemetry.call().attributes[sc.FT_END_REASON] == sc.END_COMPLETED  # type: ignore[index]
 
 
 def test_wire_phases_over_tls(telemetry: Telemetry, tmp_path: Any) -> None:

@@ -581,7 +581,10 @@ def send_direct(hooks: ClientHooks, wrapped: Any, client: Any, args: tuple[Any, 
         return wrapped(*args, **kwargs)
     tl, family = started
     with Attempt(tl):
-        hooks.sending(tl, args, kwargs)
+        try:
+            hooks.sending(tl, args, kwargs)
+        except Exception:  # firsttoken's own failure: the request still goes
+            internal_error("before a %s request", hooks.client_name)
         response = wrapped(*args, **kwargs)
     try:
         hooks.responded(tl, family, response)
@@ -601,7 +604,10 @@ async def send_direct_async(
         return await wrapped(*args, **kwargs)
     tl, family = started
     with Attempt(tl):
-        hooks.sending(tl, args, kwargs)
+        try:
+            hooks.sending(tl, args, kwargs)
+        except Exception:  # firsttoken's own failure: the request still goes
+            internal_error("before a %s request", hooks.client_name)
         response = await wrapped(*args, **kwargs)
     try:
         hooks.responded(tl, family, response)

@@ -73,7 +73,7 @@ class _Body:
     """A streamed answer's call, while it is open: its reader (an ``EventStream``'s events), or the
     pieces read so far (a ``StreamingBody``'s bytes)."""
 
-    __slots__ = ("family", "http_response", "pieces", "reader", "tl")
+    __slots__ = ("family", "http_response", "length", "pieces", "read", "reader", "tl")
 
     def __init__(self, tl: Timeline, family: str, reader: SseFeed | None, http_response: Any) -> None:
         self.tl = tl
@@ -81,6 +81,18 @@ class _Body:
         self.reader = reader
         self.http_response = http_response
         self.pieces: list[bytes] = []
+        self.read = 0
+        """Bytes the app has read of a ``StreamingBody``."""
+        self.length = _declared_length(http_response)
+        """Its ``Content-Length``: read that far, the body is whole (None: not declared)."""
+
+
+def _declared_length(response: Any) -> int | None:
+    """The answer's ``Content-Length`` (None for a chunked body, or one not a number)."""
+    try:
+        return int(response.headers["content-length"])
+    except Exception:  # absent, not a number, a response without headers
+        return None
 
 
 def _raw_bytes(response: Any) -> int | None:
@@ -258,8 +270,10 @@ class BotocoreAdapter:
             raise
         try:
             body.pieces.append(data)
+            body.read += len(data)
             whole = (args[0] if args else kwargs.get("amt")) is None
-            if whole or not data:  # read to its end
+            # Read to its end: whole, an empty read, or as many bytes as declared (``read(length)``).
+            if whole or not data or (body.length is not None and body.read >= body.length):
                 now = time.perf_counter_ns()
                 tl.cut(now, sc.PHASE_DOWNLOAD)
                 content, body.pieces = b"".join(body.pieces), []

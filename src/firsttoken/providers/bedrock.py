@@ -5,7 +5,10 @@ an ``inferenceConfig``, and a stream of ``messageStart``, ``contentBlockDelta``,
 ``messageStop`` (the ``stopReason``) and a last ``metadata`` event with the usage (cache reads and
 writes apart from ``inputTokens``, as Anthropic counts them). ``/model/{modelId}/invoke`` and
 ``invoke-with-response-stream`` carry the model's own body (Anthropic's Messages API for Claude): a
-streamed ``chunk`` event holds one Anthropic event's JSON, read as the anthropic format reads it.
+streamed ``chunk`` event holds one event of the model's own JSON. Claude's (a ``type``) is read as the
+anthropic format reads it; Amazon Nova's has the Converse stream's shapes; Llama's carries a
+``generation`` and Titan's an ``outputText``. Bedrock adds ``amazon-bedrock-invocationMetrics``
+(``inputTokenCount``, ``outputTokenCount``) to every model's last chunk: the stream's end, with its usage.
 
 The stream is AWS event-stream frames, not SSE: the client adapter (:mod:`firsttoken.transport_botocore`)
 hands over each event as botocore parsed it (its parser checks the frames' CRCs), in botocore's
@@ -29,6 +32,12 @@ from ._hooks import EVENT_END, EVENT_MORE, CallDescription, StreamState, WireFor
 _PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<op>converse|converse-stream|invoke|invoke-with-response-stream)")
 _CONTENT_DELTAS = ("text", "toolUse", "reasoningContent")
 """What a ``contentBlockDelta`` carries that is generated output."""
+_METRICS = "amazon-bedrock-invocationMetrics"
+"""The member Bedrock adds to an InvokeModel stream's last chunk, whatever the model."""
+_TEXT_KEYS = ("generation", "outputText")
+"""A non-Claude, non-Nova chunk's generated text: Meta Llama's, Amazon Titan's."""
+_STOP_KEYS = ("stop_reason", "completionReason")
+"""Its finish reason (Llama's, Titan's), on the last chunk."""
 
 
 def _model(path: str) -> str | None:
@@ -113,6 +122,32 @@ def _read_converse_event(tl: Timeline, event: Mapping[str, Any], now: int) -> in
     return EVENT_MORE
 
 
+def _read_model_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
+    """One InvokeModel stream chunk of a model other than Claude: Nova's (Converse's shapes), Llama's
+    or Titan's; the last one, whatever the model, carries Bedrock's invocation metrics."""
+    for key in _TEXT_KEYS:
+        text = event.get(key)
+        if isinstance(text, str) and text:
+            tl.output_token(now)
+            if tl.capture is not None:
+                common.append_output(tl, text)
+    for key in _STOP_KEYS:
+        reason = event.get(key)
+        if isinstance(reason, str) and reason:
+            tl.finish_reasons[0] = reason
+    verdict = _read_converse_event(tl, event, now)
+    metrics = event.get(_METRICS)
+    if not isinstance(metrics, Mapping):
+        return verdict
+    # The stream's last chunk: its usage, unless the model's own (Nova's ``metadata``) already told it.
+    input_tokens, output_tokens = metrics.get("inputTokenCount"), metrics.get("outputTokenCount")
+    if tl.input_tokens is None and isinstance(input_tokens, int):
+        tl.input_tokens = input_tokens
+    if tl.output_tokens is None and isinstance(output_tokens, int):
+        tl.output_tokens = output_tokens
+    return EVENT_END
+
+
 class BedrockFormat(WireFormat):
     """Bedrock Runtime's Converse and InvokeModel paths (streamed or not)."""
 
@@ -155,7 +190,11 @@ class BedrockFormat(WireFormat):
                 inner = json.loads(chunk.get("bytes") or b"{}")
             except ValueError:  # not JSON: an event this reader does not know
                 return EVENT_MORE
-            return anthropic.FORMAT.read_event(tl, inner, now, stream) if isinstance(inner, Mapping) else EVENT_MORE
+            if not isinstance(inner, Mapping):
+                return EVENT_MORE
+            if "type" in inner:  # Claude's: an event of Anthropic's Messages API
+                return anthropic.FORMAT.read_event(tl, inner, now, stream)
+            return _read_model_event(tl, inner, now)
         return _read_converse_event(tl, event, now)
 
 

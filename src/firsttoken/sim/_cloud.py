@@ -7,7 +7,9 @@ InvokeModel and rawPredict take the Messages API's body with the model in the pa
 ``anthropic_version`` field), and answer what the Messages API answers; only Bedrock's stream framing
 differs. Converse has its own shapes: content blocks of ``text``, ``cachePoint`` blocks marking what
 to cache, and a stream of ``messageStart``, ``contentBlockDelta``, ``contentBlockStop``,
-``messageStop`` and a final ``metadata`` event with the usage.
+``messageStop`` and a final ``metadata`` event with the usage. Amazon Nova (a model id
+``amazon.nova-...``) takes Converse's shapes on the InvokeModel paths too: its stream's ``chunk`` events
+each hold one Converse event's JSON, the last with Bedrock's ``amazon-bedrock-invocationMetrics``.
 """
 
 from __future__ import annotations
@@ -145,7 +147,26 @@ def _converse_prompt(body: dict[str, Any]) -> Prompt:
     return prompt
 
 
-async def _converse(call: Call) -> None:
+def _nova_chunk(kind: str, member: dict[str, Any]) -> bytes:
+    """Nova's InvokeModel stream: a ``chunk`` event holding one Converse event's JSON."""
+    return _chunk(dumps({kind: member}))
+
+
+def _invocation_metrics(call: Call, first_byte_ms: int) -> dict[str, int]:
+    """What Bedrock adds to an InvokeModel stream's last chunk."""
+    return {
+        "inputTokenCount": call.usage.input_tokens,
+        "outputTokenCount": call.usage.output_tokens,
+        "invocationLatency": call.elapsed_ms(),
+        "firstByteLatency": first_byte_ms,
+    }
+
+
+async def _nova(call: Call) -> None:
+    await _converse(call, invoke=True)
+
+
+async def _converse(call: Call, invoke: bool = False) -> None:
     prompt = _converse_prompt(call.body)
     limit = (call.body.get("inferenceConfig") or {}).get("maxTokens")
     a = answer(call, limit=limit if isinstance(limit, int) and not isinstance(limit, bool) else None)
@@ -174,14 +195,21 @@ async def _converse(call: Call) -> None:
         }
         await call.respond(200, [*_anthropic.JSON, *call.headers], dumps(whole), at=sched.now_due)
         return
+    frame = _nova_chunk if invoke else _event
     await call.start_stream([*EVENTSTREAM, *call.headers], at=sched.headers_at)
-    await call.event(_event("messageStart", {"role": "assistant"}))
+    await call.event(frame("messageStart", {"role": "assistant"}))
+    first_byte_ms = call.elapsed_ms()
     for piece in chunk(a.tokens, call.latency.chunk_tokens):
         delta = {"contentBlockIndex": 0, "delta": {"text": "".join(piece)}}
-        await call.event(_event("contentBlockDelta", delta), at=sched.skip(len(piece)))
-    await call.event(_event("contentBlockStop", {"contentBlockIndex": 0}))
-    await call.event(_event("messageStop", {"stopReason": stop_reason}))
-    await call.event(_event("metadata", {"usage": usage, "metrics": {"latencyMs": call.elapsed_ms()}}))
+        await call.event(frame("contentBlockDelta", delta), at=sched.skip(len(piece)))
+    await call.event(frame("contentBlockStop", {"contentBlockIndex": 0}))
+    await call.event(frame("messageStop", {"stopReason": stop_reason}))
+    metadata = {"usage": usage, "metrics": {"latencyMs": call.elapsed_ms()}}
+    if not invoke:
+        await call.event(_event("metadata", metadata))
+    else:
+        last = {"metadata": metadata, "amazon-bedrock-invocationMetrics": _invocation_metrics(call, first_byte_ms)}
+        await call.event(_chunk(dumps(last)))
     await call.end_stream()
 
 
@@ -190,8 +218,13 @@ def match(path: str) -> Cloud | None:
     found = _BEDROCK.fullmatch(path)
     if found is not None:
         op = found["op"]
-        route = _converse if op.startswith("converse") else _bedrock
-        return Cloud(unquote(found["model"]), op.endswith("-stream"), route, True)
+        model = unquote(found["model"])
+        route: Callable[[Call], Awaitable[None]]
+        if op.startswith("converse"):
+            route = _converse
+        else:
+            route = _nova if model.startswith(("amazon.nova", "us.amazon.nova")) else _bedrock
+        return Cloud(model, op.endswith("-stream"), route, True)
     found = _VERTEX.fullmatch(path)
     if found is not None:
         return Cloud(unquote(found["model"]), found["op"] == "streamRawPredict", _vertex, False)
