@@ -772,3 +772,28 @@ def test_an_exporter_that_cannot_be_made_is_said_once_and_counted(
     said = [r.getMessage() for r in caplog.records if "could not be made" in r.getMessage()]
     assert len(said) == 1 and "no-such-provider" in said[0], said
     assert export.tally.failed["spans"] == 2 and export.tally.exported["spans"] == 0
+
+
+def test_what_waits_for_the_exporter_is_bounded_counted_and_sent_first_once_it_is_made() -> None:
+    """Exports handed over before the exporter is made wait (the oldest beyond ``PENDING_BATCHES`` dropped and
+    counted as failed); once made, they go before the next export, oldest first."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    tracer = TracerProvider().get_tracer("t")
+    spans = []
+    for i in range(_otlp.PENDING_BATCHES + 3):
+        span = tracer.start_span(f"s{i}")
+        span.end()
+        spans.append(span)
+    tally = _otlp.ExportTally()
+    memory = InMemorySpanExporter()
+    lazy = _otlp.Lazy(lambda: memory, "spans", tally, SpanExportResult.SUCCESS, SpanExportResult.FAILURE)
+    for span in spans[:-1]:
+        assert lazy.export([span]) is SpanExportResult.SUCCESS
+    assert lazy.pending() == _otlp.PENDING_BATCHES and tally.failed["spans"] == 2
+    lazy.make()
+    assert lazy.export([spans[-1]]) is SpanExportResult.SUCCESS
+    assert [s.name for s in memory.get_finished_spans()] == [s.name for s in spans[2:]]
+    assert lazy.pending() == 0

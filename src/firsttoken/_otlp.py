@@ -601,29 +601,43 @@ class Lazy:
             log.warning(
                 "firsttoken: the OTLP %s exporter could not be made (%r); nothing is exported", self.signal, exc
             )
-        pending = list(self._pending)
-        self._pending.clear()
         if self.signal == "spans" and self.processor is not None:
-            for batch in pending:  # back in the queue, to the export thread
+            for batch in self._take():  # back in the queue, to the export thread
                 for span in batch:
                     type(self.processor).on_end(self.processor, span)
-        else:
-            self._pending.extend(pending)  # sent before the next export (on the reader's thread)
+        # held metric exports go before the next export, on the reader's thread
 
     def export(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
-        exporter = self._exporter
-        if exporter is None:
-            if self._broken:
-                self.tally.record(self.signal, len(batch) if self.signal == "spans" else 1, False)
-                return self._failure
+        if self._exporter is None and not self._broken:
             if len(self._pending) == self._pending.maxlen:
-                oldest = self._pending[0]
-                self.tally.record(self.signal, len(oldest) if self.signal == "spans" else 1, False)
+                self._lost([self._pending[0]])
             self._pending.append(batch)
-            return self._success
-        while self._pending:
-            exporter.export(self._pending.popleft(), *args, **kwargs)
-        return exporter.export(batch, *args, **kwargs)
+            if self._exporter is None and not self._broken:
+                return self._success
+            batch = None  # made meanwhile: it is among the held ones, sent below
+        exporter = self._exporter
+        held = self._take()
+        if exporter is None:
+            self._lost(held if batch is None else [*held, batch])
+            return self._failure
+        result = self._success
+        for old in held:
+            result = exporter.export(old, *args, **kwargs)
+        return result if batch is None else exporter.export(batch, *args, **kwargs)
+
+    def _take(self) -> list[Any]:
+        """Every export held, and none held any more (another thread may take at the same time)."""
+        taken = []
+        while True:
+            try:
+                taken.append(self._pending.popleft())
+            except IndexError:
+                return taken
+
+    def _lost(self, batches: Sequence[Any]) -> None:
+        count = sum(len(batch) for batch in batches) if self.signal == "spans" else len(batches)
+        if count:
+            self.tally.record(self.signal, count, False)
 
     def force_flush(self, timeout_millis: float = 30_000, **kwargs: Any) -> bool:
         exporter = self._exporter
@@ -634,10 +648,7 @@ class Lazy:
         exporter = self._exporter
         if exporter is not None:
             exporter.shutdown(*args, **kwargs)
-        lost = sum(len(batch) if self.signal == "spans" else 1 for batch in self._pending)
-        self._pending.clear()
-        if lost:
-            self.tally.record(self.signal, lost, False)
+        self._lost(self._take())
 
     @property
     def exporter(self) -> Any:
@@ -672,6 +683,7 @@ class Deferred:
         self.recorded = False
         """Whether anything was recorded (a span ended, a measurement) since the set-up."""
         self._lock = threading.Lock()
+        self._maker: int | None = None
         self._forking = False
         self._undo: list[Callable[[], None]] = []
 
@@ -711,8 +723,12 @@ class Deferred:
         with self._lock:
             if self.made:
                 return
-            for exporter in self.exporters:
-                exporter.make()
+            self._maker = threading.get_ident()
+            try:
+                for exporter in self.exporters:
+                    exporter.make()
+            finally:
+                self._maker = None
             self.made = True
         for undo in self._undo:
             undo()
@@ -731,20 +747,20 @@ def _unwatch(target: Any, method: str) -> None:
 
 def _before_fork(ref: weakref.ref[Deferred]) -> None:
     deferred = ref()
-    if deferred is not None and not deferred.made:
+    if deferred is not None and not deferred.made and deferred._maker != threading.get_ident():
         deferred._forking = deferred._lock.acquire(timeout=FORK_WAIT_S)
 
 
 def _after_fork(ref: weakref.ref[Deferred], child: bool = False) -> None:
     deferred = ref()
-    if deferred is None or not deferred._forking:
-        if child and deferred is not None:
-            deferred._lock = threading.Lock()  # held at the fork by a thread the child does not have
+    if deferred is None:
         return
-    deferred._forking = False
+    forking, deferred._forking = deferred._forking, False
     if child:
-        deferred._lock = threading.Lock()
-    else:
+        deferred._lock = threading.Lock()  # else perhaps held at the fork by a thread the child does not have
+        deferred._maker = None
+        deferred.recorded = False  # what the parent recorded is the parent's to send
+    elif forking:
         deferred._lock.release()
 
 
