@@ -618,8 +618,10 @@ HEAVY = ("opentelemetry.exporter.otlp", "opentelemetry.proto", "google.protobuf"
 IMPORTS = []
 STARTED = threading.Event()
 SLOW = None
+EVERY = []
 class Watch:
     def find_spec(self, name, path=None, target=None):
+        EVERY.append((name, threading.current_thread().name))
         if name.startswith(HEAVY):
             IMPORTS.append((name, threading.current_thread().name))
         if name == SLOW and not STARTED.is_set():
@@ -644,7 +646,8 @@ def _span_names(sink: _Sink) -> list[str]:
 def test_the_exporters_are_made_on_the_apps_thread_at_its_first_recorded_call(tmp_path: Path) -> None:
     """``instrument()`` imports no exporter, protobuf, requests or grpc (most of its start-up cost, #41). What
     is recorded on a thread of firsttoken's or the SDK's imports nothing there either: it waits, and goes out
-    once the app's own thread records (the import happens there) or flushes. Nothing is lost."""
+    once the app's own thread records (the import happens there) or flushes. Nothing is lost, and no thread
+    but the app's imports anything, the exports' own first-use imports included."""
     script = tmp_path / "app.py"
     script.write_text(
         IMPORT_WATCH
@@ -653,6 +656,7 @@ def test_the_exporters_are_made_on_the_apps_thread_at_its_first_recorded_call(tm
         from opentelemetry import metrics, trace
         firsttoken.instrument()
         assert not IMPORTS, IMPORTS
+        EVERY.clear()
         def background():
             trace.get_tracer("t").start_span("background").end()
             metrics.get_meter("t").create_counter("background.calls").add(1)
@@ -664,6 +668,10 @@ def test_the_exporters_are_made_on_the_apps_thread_at_its_first_recorded_call(tm
         trace.get_tracer("t").start_span("app").end()
         assert IMPORTS and {thread for _, thread in IMPORTS} == {"MainThread"}, IMPORTS
         print(firsttoken.flush(timeout=30))
+        trace.get_tracer("t").start_span("after").end()
+        firsttoken.flush(timeout=30)
+        elsewhere = [(name, thread) for name, thread in EVERY if thread != "MainThread"]
+        assert not elsewhere, elsewhere  # nothing at all, the exports' own lazy imports included
         """)
     )
     with _Sink() as sink:
@@ -671,7 +679,7 @@ def test_the_exporters_are_made_on_the_apps_thread_at_its_first_recorded_call(tm
         done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["True"], done.stdout + done.stderr
-        assert _span_names(sink) == ["app", "background"]
+        assert _span_names(sink) == ["after", "app", "background"]
         assert "/v1/metrics" in sink.paths
 
 

@@ -560,6 +560,9 @@ def _aggregation(environ: Mapping[str, str], problems: list[str] | None) -> dict
 
 PENDING_BATCHES = 256
 """Exports held per exporter until it is made (the oldest are dropped first and counted as failed)."""
+_IMPORTED_AT_FIRST_EXPORT = ("netrc",)
+"""What the exporters would import at their first export, on an export thread, imported when they are made:
+``requests`` looks for a ``~/.netrc`` at each request, importing ``netrc`` (and ``shlex``) the first time."""
 FORK_WAIT_S = 30.0
 """The most a fork waits for the exporters being made on another thread (an import, well under a second)."""
 _OWN_THREADS = ("firsttoken", "Otel")
@@ -727,6 +730,8 @@ class Deferred:
             try:
                 for exporter in self.exporters:
                     exporter.make()
+                for name in _IMPORTED_AT_FIRST_EXPORT:
+                    importlib.import_module(name)
             finally:
                 self._maker = None
             self.made = True
