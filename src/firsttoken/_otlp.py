@@ -22,6 +22,7 @@ name and resource by ``Resource.create()``. What firsttoken adds:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import logging
 import os
@@ -702,7 +703,10 @@ class Deferred:
                 continue
 
             def first(*args: Any, _target: Any = target, _method: str = method) -> Any:
-                self.record()
+                try:
+                    self.record()
+                except Exception:  # inside the app's span.end() or counter.add(): never raised there
+                    internal_error("making the OTLP exporters failed")
                 return getattr(type(_target), _method)(_target, *args)
 
             setattr(target, method, first)
@@ -731,7 +735,8 @@ class Deferred:
                 for exporter in self.exporters:
                     exporter.make()
                 for name in _IMPORTED_AT_FIRST_EXPORT:
-                    importlib.import_module(name)
+                    with contextlib.suppress(ImportError):
+                        importlib.import_module(name)
             finally:
                 self._maker = None
             self.made = True
