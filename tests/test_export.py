@@ -130,16 +130,17 @@ def test_exit_is_prompt_with_a_live_collector_too(tmp_path: Path, baseline: floa
 
 
 class _Sink:
-    """An OTLP/HTTP endpoint that answers 200 to everything and records the paths."""
+    """An OTLP/HTTP endpoint that answers 200 to everything and records the paths and bodies."""
 
     def __init__(self) -> None:
         import http.server
 
         paths: list[str] = []
+        bodies: list[tuple[str, bytes]] = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers["content-length"]))
+                bodies.append((self.path, self.rfile.read(int(self.headers["content-length"]))))
                 paths.append(self.path)
                 self.send_response(200)
                 self.send_header("content-length", "0")
@@ -149,6 +150,7 @@ class _Sink:
                 pass
 
         self.paths = paths
+        self.bodies = bodies
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
 
@@ -263,7 +265,9 @@ def test_an_endpoint_without_a_scheme_is_used_with_http(
     try:
         processors = export.tracer_provider._active_span_processor._span_processors
         exporters = [p.span_exporter for p in processors] + [r._exporter for r in export.metric_readers]
-        assert [e._endpoint for e in exporters] == [traces, metrics]
+        assert export.deferred is not None
+        export.deferred.make()
+        assert [e.exporter._endpoint for e in exporters] == [traces, metrics]
         assert problems and all("has no scheme: using http://" in p for p in problems)
     finally:
         export.close(timeout_s=5)
@@ -334,13 +338,13 @@ def _reader_intervals(export: _otlp.Export) -> list[float]:
 
 def test_service_instance_id_is_added_when_the_app_sets_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
-    one = _otlp.providers({}, traces=["console"], metrics_=[])
+    one = _otlp.providers({}, traces=["console"], metrics_=["console"])
     two = _otlp.providers({}, traces=["console"], metrics_=[])
     ids = [e.tracer_provider.resource.attributes["service.instance.id"] for e in (one, two)]
     assert uuid.UUID(str(ids[0])) and ids[0] == ids[1], "one id per process, on traces and metrics alike"
     assert one.meter_provider._sdk_config.resource.attributes["service.instance.id"] == ids[0]
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=pod-7")
-    kept = _otlp.providers({}, traces=["console"], metrics_=[])
+    kept = _otlp.providers({}, traces=["console"], metrics_=["console"])
     assert kept.tracer_provider.resource.attributes["service.instance.id"] == "pod-7"
     assert kept.meter_provider._sdk_config.resource.attributes["service.instance.id"] == "pod-7"
     for export in (one, two, kept):
@@ -602,3 +606,202 @@ def test_an_outage_past_the_hold_window_says_once_how_many_spans_were_dropped(
         f"firsttoken: the OTLP collector at http://127.0.0.1:{port} did not take 1 spans before the exit; "
         "they were dropped"
     ], said
+
+
+# -- the OTLP exporters, made on the app's own thread at its first recorded call ------------------------
+
+# Records the thread of every import of the exporter stack (``IMPORTS``); ``SLOW`` makes that module's
+# import wait after announcing it (``STARTED``), holding its module lock, as a real import on a busy machine.
+IMPORT_WATCH = """
+import sys, threading, time
+HEAVY = ("opentelemetry.exporter.otlp", "opentelemetry.proto", "google.protobuf", "requests", "urllib3", "grpc")
+IMPORTS = []
+STARTED = threading.Event()
+SLOW = None
+EVERY = []
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        EVERY.append((name, threading.current_thread().name))
+        if name.startswith(HEAVY):
+            IMPORTS.append((name, threading.current_thread().name))
+        if name == SLOW and not STARTED.is_set():
+            STARTED.set()
+            time.sleep(1.0)
+        return None
+sys.meta_path.insert(0, Watch())
+"""
+
+
+def _span_names(sink: _Sink) -> list[str]:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    names = []
+    for path, body in sink.bodies:
+        if path == "/v1/traces":
+            request = ExportTraceServiceRequest.FromString(body)
+            names += [s.name for r in request.resource_spans for ss in r.scope_spans for s in ss.spans]
+    return sorted(names)
+
+
+def test_the_exporters_are_made_on_the_apps_thread_at_its_first_recorded_call(tmp_path: Path) -> None:
+    """``instrument()`` imports no exporter, protobuf, requests or grpc (most of its start-up cost, #41). What
+    is recorded on a thread of firsttoken's or the SDK's imports nothing there either: it waits, and goes out
+    once the app's own thread records (the import happens there) or flushes. Nothing is lost, and no thread
+    but the app's imports anything, the exports' own first-use imports included."""
+    script = tmp_path / "app.py"
+    script.write_text(
+        IMPORT_WATCH
+        + textwrap.dedent("""
+        import firsttoken
+        from opentelemetry import metrics, trace
+        firsttoken.instrument()
+        assert not IMPORTS, IMPORTS
+        EVERY.clear()
+        def background():
+            trace.get_tracer("t").start_span("background").end()
+            metrics.get_meter("t").create_counter("background.calls").add(1)
+            firsttoken._otlp.own_export().tracer_provider.force_flush()
+        worker = threading.Thread(target=background, name="firsttoken-abandoned")
+        worker.start()
+        worker.join()
+        assert not IMPORTS, IMPORTS
+        trace.get_tracer("t").start_span("app").end()
+        assert IMPORTS and {thread for _, thread in IMPORTS} == {"MainThread"}, IMPORTS
+        print(firsttoken.flush(timeout=30))
+        trace.get_tracer("t").start_span("after").end()
+        firsttoken.flush(timeout=30)
+        elsewhere = [(name, thread) for name, thread in EVERY if thread != "MainThread"]
+        assert not elsewhere, elsewhere  # nothing at all, the exports' own lazy imports included
+        """)
+    )
+    with _Sink() as sink:
+        env = _clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.port}")
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["True"], done.stdout + done.stderr
+        assert _span_names(sink) == ["after", "app", "background"]
+        assert "/v1/metrics" in sink.paths
+
+
+def test_a_fork_while_the_app_thread_makes_the_exporters_leaves_the_child_working(tmp_path: Path) -> None:
+    """A fork while another thread of the app is inside the exporters' import waits until it is done: a child
+    forked in the middle would inherit that import's module lock, held by a thread it does not have, and hang
+    at its own first export (iloveitaly/celery-healthcheck#45)."""
+    script = tmp_path / "app.py"
+    script.write_text(
+        IMPORT_WATCH
+        + textwrap.dedent("""
+        import os
+        import firsttoken
+        from opentelemetry import trace
+        SLOW = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+        firsttoken.instrument()
+        first = threading.Thread(target=lambda: trace.get_tracer("t").start_span("first").end(), name="request-1")
+        first.start()
+        assert STARTED.wait(60)
+        pid = os.fork()
+        if pid == 0:
+            import signal
+            signal.alarm(90)  # a child that hangs (the failure this test looks for) does not outlive the test
+            trace.get_tracer("t").start_span("child").end()
+            os._exit(0 if firsttoken.flush(timeout=30) else 3)
+        first.join()
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), firsttoken.flush(timeout=30))
+        """)
+    )
+    with _Sink() as sink:
+        env = _clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{sink.port}", OTEL_METRICS_EXPORTER="none")
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["0", "True"], done.stdout + done.stderr
+        assert _span_names(sink) == ["child", "first"]
+
+
+def test_metrics_off_imports_no_metrics_sdk(tmp_path: Path) -> None:
+    """``OTEL_METRICS_EXPORTER=none``: firsttoken's set-up gives the API's no-op meter provider."""
+    code = (
+        "import sys, firsttoken; firsttoken.instrument(); "
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk.metrics')))"
+    )
+    env = _clean_env(OTEL_METRICS_EXPORTER="none", OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]"], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("temporality", [None, "delta", "LowMemory", " cumulative ", "sometimes"])
+@pytest.mark.parametrize("aggregation", [None, "base2_exponential_bucket_histogram", "buckets"])
+def test_the_metric_reader_gets_what_the_exporter_prefers(
+    monkeypatch: pytest.MonkeyPatch, temporality: str | None, aggregation: str | None
+) -> None:
+    """The metric reader is made before its exporter, with the exporter's preferences read from the same
+    variables as the exporter reads them; a bad value is said at ``instrument()``, as it was."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    environ = {
+        name: value
+        for name, value in ((_otlp.ENV_TEMPORALITY, temporality), (_otlp.ENV_HISTOGRAM_AGGREGATION, aggregation))
+        if value is not None
+    }
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    problems: list[str] = []
+    export = _otlp.providers(environ, traces=[], problems=problems)
+    try:
+        reader = export.metric_readers[0]
+        real = OTLPMetricExporter()
+        made_with_it = InMemoryMetricReader(real._preferred_temporality, real._preferred_aggregation)
+        assert reader._instrument_class_temporality == made_with_it._instrument_class_temporality
+        assert {k: type(v) for k, v in reader._instrument_class_aggregation.items()} == {
+            k: type(v) for k, v in made_with_it._instrument_class_aggregation.items()
+        }
+        assert sorted(p.split("=")[0] for p in problems) == sorted(
+            name for name, value in environ.items() if value in ("sometimes", "buckets")
+        )
+    finally:
+        export.close(timeout_s=5)
+
+
+def test_an_exporter_that_cannot_be_made_is_said_once_and_counted(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Made at the first recorded span, an exporter whose construction fails (here: a credential provider that
+    is not installed) says so once and counts what it could not send; nothing is raised into the app."""
+    monkeypatch.setenv("OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER", "no-such-provider")
+    export = _otlp.providers(traces=["otlp"], metrics_=[])
+    tracer = export.tracer_provider.get_tracer("t")
+    with caplog.at_level(logging.WARNING, logger="firsttoken"):
+        tracer.start_span("one").end()
+        export.flush(timeout_s=10)
+        tracer.start_span("two").end()
+        export.close(timeout_s=10)
+    said = [r.getMessage() for r in caplog.records if "could not be made" in r.getMessage()]
+    assert len(said) == 1 and "no-such-provider" in said[0], said
+    assert export.tally.failed["spans"] == 2 and export.tally.exported["spans"] == 0
+
+
+def test_what_waits_for_the_exporter_is_bounded_counted_and_sent_first_once_it_is_made() -> None:
+    """Exports handed over before the exporter is made wait (the oldest beyond ``PENDING_BATCHES`` dropped and
+    counted as failed); once made, they go before the next export, oldest first."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    tracer = TracerProvider().get_tracer("t")
+    spans = []
+    for i in range(_otlp.PENDING_BATCHES + 3):
+        span = tracer.start_span(f"s{i}")
+        span.end()
+        spans.append(span)
+    tally = _otlp.ExportTally()
+    memory = InMemorySpanExporter()
+    lazy = _otlp.Lazy(lambda: memory, "spans", tally, SpanExportResult.SUCCESS, SpanExportResult.FAILURE)
+    for span in spans[:-1]:
+        assert lazy.export([span]) is SpanExportResult.SUCCESS
+    assert lazy.pending() == _otlp.PENDING_BATCHES and tally.failed["spans"] == 2
+    lazy.make()
+    assert lazy.export([spans[-1]]) is SpanExportResult.SUCCESS
+    assert [s.name for s in memory.get_finished_spans()] == [s.name for s in spans[2:]]
+    assert lazy.pending() == 0

@@ -374,6 +374,8 @@ def flush(timeout: float | None = None) -> bool:
         # The SDK says a flush succeeded once its exporters returned, delivered or not; firsttoken's own
         # exporters know whether the collector took it.
         ours = own is not None and tracer_provider is own.tracer_provider
+        if own is not None and ours:
+            own.make_exporters()  # on this thread, if anything recorded waits for them
         before = own.undelivered() if own is not None and ours else None
         done = _exit.flush(shutdown_budget(timeout), tracer_provider, meter_provider)
         if own is not None and before is not None:

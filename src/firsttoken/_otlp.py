@@ -22,6 +22,7 @@ name and resource by ``Resource.create()``. What firsttoken adds:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import logging
 import os
@@ -254,13 +255,13 @@ class Held:
         self.tally.record("spans", count, False)
 
 
-def _counted(base: type[Any], signal: str, tally: ExportTally) -> type[Any]:
+def _counted(base: type[Any], signal: str, tally: ExportTally, buffer: Held | None = None) -> type[Any]:
     """A subclass of an SDK exporter class whose ``export`` also counts the outcome in ``tally``; for
-    spans, a batch the collector did not take is held (:class:`Held`) and sent again, oldest first,
-    before the next one."""
+    spans, a batch the collector did not take is held in ``buffer`` (:class:`Held`) and sent again, oldest
+    first, before the next one."""
 
     class Counted(base):  # type: ignore[misc]
-        held = Held(tally) if signal == "spans" else None
+        held = buffer
 
         def export(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
             if self.held is None:
@@ -489,13 +490,328 @@ _OTLP_EXPORTERS = {
 }
 
 
-def _otlp_exporter(signal: str, protocol: str, timeout: float, tally: ExportTally, endpoint: str | None = None) -> Any:
-    """The SDK's OTLP exporter of ``signal`` ("spans" or "metrics"), over gRPC or else HTTP, counted in ``tally``."""
+def _otlp_exporter(
+    signal: str,
+    protocol: str,
+    timeout: float,
+    tally: ExportTally,
+    endpoint: str | None = None,
+    held: Held | None = None,
+) -> Any:
+    """The SDK's OTLP exporter of ``signal`` ("spans" or "metrics"), over gRPC or else HTTP, counted in ``tally``
+    (spans the collector did not take held in ``held``). Imports the exporter stack: see :class:`Deferred`."""
     kwargs: dict[str, Any] = {"timeout": timeout}
     if endpoint is not None:
         kwargs["endpoint"] = endpoint
     module, name = _OTLP_EXPORTERS[(signal, "grpc" if protocol == "grpc" else "http")]
-    return _counted(getattr(importlib.import_module(module), name), signal, tally)(**kwargs)
+    return _counted(getattr(importlib.import_module(module), name), signal, tally, held)(**kwargs)
+
+
+ENV_TEMPORALITY = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
+ENV_HISTOGRAM_AGGREGATION = "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"
+
+
+def _temporality(environ: Mapping[str, str], problems: list[str] | None) -> dict[type, Any]:
+    """What the OTLP metric exporter prefers, read from ``environ`` as it reads it (the metric reader needs
+    it when it is made, before the exporter is): cumulative, unless ``delta`` or ``lowmemory``."""
+    from opentelemetry.sdk.metrics import (
+        Counter,
+        Histogram,
+        ObservableCounter,
+        ObservableGauge,
+        ObservableUpDownCounter,
+        UpDownCounter,
+    )
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
+
+    raw = environ.get(ENV_TEMPORALITY, "CUMULATIVE")
+    value = raw.upper().strip()
+    delta, cumulative = AggregationTemporality.DELTA, AggregationTemporality.CUMULATIVE
+    if value not in ("CUMULATIVE", "DELTA", "LOWMEMORY") and problems is not None:
+        problems.append(
+            f"{ENV_TEMPORALITY}={raw!r} is not supported: use cumulative, delta or lowmemory; using cumulative"
+        )
+    return {
+        Counter: delta if value in ("DELTA", "LOWMEMORY") else cumulative,
+        UpDownCounter: cumulative,
+        Histogram: delta if value in ("DELTA", "LOWMEMORY") else cumulative,
+        ObservableCounter: delta if value == "DELTA" else cumulative,
+        ObservableUpDownCounter: cumulative,
+        ObservableGauge: cumulative,
+    }
+
+
+def _aggregation(environ: Mapping[str, str], problems: list[str] | None) -> dict[type, Any]:
+    """The histogram aggregation the OTLP metric exporter prefers, read from ``environ`` as it reads it."""
+    from opentelemetry.sdk.metrics import Histogram
+    from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, ExponentialBucketHistogramAggregation
+
+    raw = environ.get(ENV_HISTOGRAM_AGGREGATION, "explicit_bucket_histogram")
+    if raw == "base2_exponential_bucket_histogram":
+        return {Histogram: ExponentialBucketHistogramAggregation()}
+    if raw != "explicit_bucket_histogram" and problems is not None:
+        problems.append(
+            f"{ENV_HISTOGRAM_AGGREGATION}={raw!r} is not supported: use explicit_bucket_histogram or "
+            "base2_exponential_bucket_histogram; using explicit_bucket_histogram"
+        )
+    return {Histogram: ExplicitBucketHistogramAggregation()}
+
+
+# -- exporters made on the app's own thread ------------------------------------------------------------
+
+PENDING_BATCHES = 256
+"""Exports held per exporter until it is made (the oldest are dropped first and counted as failed)."""
+_IMPORTED_AT_FIRST_EXPORT = ("netrc",)
+"""What the exporters would import at their first export, on an export thread, imported when they are made:
+``requests`` looks for a ``~/.netrc`` at each request, importing ``netrc`` (and ``shlex``) the first time."""
+FORK_WAIT_S = 30.0
+"""The most a fork waits for the exporters being made on another thread (an import, well under a second)."""
+_OWN_THREADS = ("firsttoken", "Otel")
+"""Name prefixes of firsttoken's threads and the SDK's export threads: no exporter is ever made on them."""
+
+
+def _may_import_here() -> bool:
+    """Whether this thread is the app's own (not firsttoken's, not the SDK's export threads)."""
+    return not threading.current_thread().name.startswith(_OWN_THREADS)
+
+
+class Lazy:
+    """An OTLP exporter made by its :class:`Deferred`; what the SDK hands it before that is held (bounded)
+    and handed on once it is made: spans back to their batch processor, metric exports before the next."""
+
+    def __init__(self, make: Callable[[], Any], signal: str, tally: ExportTally, success: Any, failure: Any) -> None:
+        self._make = make
+        self.signal = signal
+        self.tally = tally
+        self._success = success
+        self._failure = failure
+        self.held: Held | None = None
+        """Spans the collector did not take, held for another try (spans only)."""
+        self.processor: Any = None
+        """The batch span processor the held spans go back to once made (spans only)."""
+        self._exporter: Any = None
+        self._broken = False
+        self._pending: deque[Any] = deque(maxlen=PENDING_BATCHES)
+        self._preferred_temporality: dict[type, Any] = {}
+        self._preferred_aggregation: dict[type, Any] = {}
+
+    def make(self) -> None:
+        """Import and make the exporter (:meth:`Deferred.make`, once); when that fails, say so once and count
+        every export as failed. Nothing is raised into the app."""
+        try:
+            self._exporter = self._make()
+        except Exception as exc:
+            self._broken = True
+            log.warning(
+                "firsttoken: the OTLP %s exporter could not be made (%r); nothing is exported", self.signal, exc
+            )
+        if self.signal == "spans" and self.processor is not None:
+            for batch in self._take():  # back in the queue, to the export thread
+                for span in batch:
+                    type(self.processor).on_end(self.processor, span)
+        # held metric exports go before the next export, on the reader's thread
+
+    def export(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._exporter is None and not self._broken:
+            if len(self._pending) == self._pending.maxlen:
+                self._lost([self._pending[0]])
+            self._pending.append(batch)
+            if self._exporter is None and not self._broken:
+                return self._success
+            batch = None  # made meanwhile: it is among the held ones, sent below
+        exporter = self._exporter
+        held = self._take()
+        if exporter is None:
+            self._lost(held if batch is None else [*held, batch])
+            return self._failure
+        result = self._success
+        for old in held:
+            result = exporter.export(old, *args, **kwargs)
+        return result if batch is None else exporter.export(batch, *args, **kwargs)
+
+    def _take(self) -> list[Any]:
+        """Every export held, and none held any more (another thread may take at the same time)."""
+        taken = []
+        while True:
+            try:
+                taken.append(self._pending.popleft())
+            except IndexError:
+                return taken
+
+    def _lost(self, batches: Sequence[Any]) -> None:
+        count = sum(len(batch) for batch in batches) if self.signal == "spans" else len(batches)
+        if count:
+            self.tally.record(self.signal, count, False)
+
+    def force_flush(self, timeout_millis: float = 30_000, **kwargs: Any) -> bool:
+        exporter = self._exporter
+        return True if exporter is None else bool(exporter.force_flush(timeout_millis=timeout_millis, **kwargs))
+
+    def shutdown(self, *args: Any, **kwargs: Any) -> None:
+        """Shuts the exporter down if it was made (one never made sent nothing); what it still holds is lost."""
+        exporter = self._exporter
+        if exporter is not None:
+            exporter.shutdown(*args, **kwargs)
+        self._lost(self._take())
+
+    @property
+    def exporter(self) -> Any:
+        """The SDK's exporter, once made (else None)."""
+        return self._exporter
+
+    def pending(self) -> int:
+        """Exports held until the exporter is made."""
+        return len(self._pending)
+
+    def in_child(self) -> None:
+        """In a forked child: what the parent held is the parent's to send; the connections are the parent's."""
+        self._pending.clear()
+        if self._exporter is not None:
+            _fresh_connections(self._exporter)
+
+
+class Deferred:
+    """The OTLP exporters of one set-up, made together on the app's own thread when it first records: the
+    first span it ends or measurement it records (else before a flush or at exit, when anything is held).
+
+    Their import (protobuf, requests, urllib3 or grpc: most of what ``instrument()`` cost, #41) is then an
+    ordinary lazy import on the thread calling the SDK, never on a thread of firsttoken's or the SDK's: a
+    process forked while a background thread imports inherits that import's module locks, held by a thread
+    the child does not have, and hangs at its next import of them (iloveitaly/celery-healthcheck#45). A fork
+    while the app's own thread makes them waits until they are made (``FORK_WAIT_S`` at most).
+    """
+
+    def __init__(self) -> None:
+        self.exporters: list[Lazy] = []
+        self.made = False
+        self.recorded = False
+        """Whether anything was recorded (a span ended, a measurement) since the set-up."""
+        self._lock = threading.Lock()
+        self._maker: int | None = None
+        self._forking = False
+        self._undo: list[Callable[[], None]] = []
+
+    def watch(self, tracer_provider: Any, meter_provider: Any) -> None:
+        """Make the exporters at the first span ended or measurement recorded, then stop watching (an
+        attribute set on the SDK's objects and deleted: nothing is left on the path of later calls)."""
+        targets = [
+            (getattr(tracer_provider, "_active_span_processor", None), "on_end"),
+            (getattr(meter_provider, "_measurement_consumer", None), "consume_measurement"),
+        ]
+        for target, method in targets:
+            if target is None or not callable(getattr(target, method, None)):
+                continue
+
+            def first(*args: Any, _target: Any = target, _method: str = method) -> Any:
+                try:
+                    self.record()
+                except Exception:  # inside the app's span.end() or counter.add(): never raised there
+                    internal_error("making the OTLP exporters failed")
+                return getattr(type(_target), _method)(_target, *args)
+
+            setattr(target, method, first)
+            self._undo.append(partial(_unwatch, target, method))
+        os.register_at_fork(
+            before=partial(_before_fork, weakref.ref(self)),
+            after_in_parent=partial(_after_fork, weakref.ref(self)),
+            after_in_child=partial(_after_fork, weakref.ref(self), child=True),
+        )
+
+    def record(self) -> None:
+        """Something was recorded on this thread: the exporters are made now if it is the app's own."""
+        self.recorded = True
+        if _may_import_here():
+            self.make()
+
+    def make(self) -> None:
+        """Import and make every exporter, on this thread, once."""
+        if self.made:
+            return
+        with self._lock:
+            if self.made:
+                return
+            self._maker = threading.get_ident()
+            try:
+                for exporter in self.exporters:
+                    exporter.make()
+                for name in _IMPORTED_AT_FIRST_EXPORT:
+                    with contextlib.suppress(ImportError):
+                        importlib.import_module(name)
+            finally:
+                self._maker = None
+            self.made = True
+        for undo in self._undo:
+            undo()
+        self._undo.clear()
+
+    def before_flush(self) -> None:
+        """Before a flush or the exit, on the app's thread: made now if anything waits for them."""
+        waiting = self.recorded or any(exporter.pending() for exporter in self.exporters)
+        if not self.made and waiting and _may_import_here():
+            self.make()
+
+
+def _unwatch(target: Any, method: str) -> None:
+    vars(target).pop(method, None)  # the class's own method again
+
+
+def _before_fork(ref: weakref.ref[Deferred]) -> None:
+    deferred = ref()
+    if deferred is not None and not deferred.made and deferred._maker != threading.get_ident():
+        deferred._forking = deferred._lock.acquire(timeout=FORK_WAIT_S)
+
+
+def _after_fork(ref: weakref.ref[Deferred], child: bool = False) -> None:
+    deferred = ref()
+    if deferred is None:
+        return
+    forking, deferred._forking = deferred._forking, False
+    if child:
+        deferred._lock = threading.Lock()  # else perhaps held at the fork by a thread the child does not have
+        deferred._maker = None
+        deferred.recorded = False  # what the parent recorded is the parent's to send
+    elif forking:
+        deferred._lock.release()
+
+
+def _lazy_exporter(
+    deferred: Deferred,
+    signal: str,
+    protocol: str,
+    timeout: float,
+    tally: ExportTally,
+    endpoint: str | None,
+    environ: Mapping[str, str],
+    problems: list[str] | None,
+) -> Lazy:
+    """The OTLP exporter of ``signal`` (:func:`_otlp_exporter`), made by ``deferred``; a metric exporter
+    carries the temporality and histogram aggregation it will prefer (its reader is made before it)."""
+    if signal == "spans":
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        held = Held(tally)
+        lazy = Lazy(
+            lambda: _otlp_exporter(signal, protocol, timeout, tally, endpoint, held),
+            signal,
+            tally,
+            SpanExportResult.SUCCESS,
+            SpanExportResult.FAILURE,
+        )
+        lazy.held = held
+    else:
+        from opentelemetry.sdk.metrics.export import MetricExportResult
+
+        lazy = Lazy(
+            lambda: _otlp_exporter(signal, protocol, timeout, tally, endpoint),
+            signal,
+            tally,
+            MetricExportResult.SUCCESS,
+            MetricExportResult.FAILURE,
+        )
+        lazy._preferred_temporality = _temporality(environ, problems)
+        lazy._preferred_aggregation = _aggregation(environ, problems)
+    deferred.exporters.append(lazy)
+    return lazy
 
 
 class Export:
@@ -512,6 +828,7 @@ class Export:
         quiet: UnreachableFilter | None = None,
         metric_readers: Sequence[Any] = (),
         held: Sequence[Held] = (),
+        deferred: Deferred | None = None,
     ) -> None:
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
@@ -524,6 +841,8 @@ class Export:
         """The periodic readers firsttoken made (not the ones passed in)."""
         self.held = list(held)
         """The span batches the OTLP exporters hold for another try."""
+        self.deferred = deferred
+        """The OTLP exporters, made on the app's thread when it first records (None: no OTLP)."""
         self._lock = threading.Lock()
         self._closed: bool | None = None
 
@@ -534,9 +853,16 @@ class Export:
             failed = (self.tally.failed["spans"], self.tally.failed["metrics"])
         return (*failed, sum(buffer.spans for buffer in self.held))
 
+    def make_exporters(self) -> None:
+        """The OTLP exporters made now, on this thread, if anything recorded waits for them (see
+        :meth:`Deferred.before_flush`)."""
+        if self.deferred is not None:
+            self.deferred.before_flush()
+
     def flush(self, timeout_s: float | None = None) -> bool:
         """Force-flush both providers (see :func:`force_flush`) within ``timeout_s`` (default:
         ``FIRSTTOKEN_SHUTDOWN_TIMEOUT``). May be called any number of times."""
+        self.make_exporters()
         return force_flush(
             self.shutdown_timeout_s if timeout_s is None else timeout_s, self.tracer_provider, self.meter_provider
         )
@@ -552,13 +878,14 @@ class Export:
             if self._closed is not None:
                 return self._closed
             self._closed = False
+        self.make_exporters()
         budget = self.shutdown_timeout_s if timeout_s is None else timeout_s
         millis = max(int(budget * 1000), 1)
         if shutdown:
             done = run_bounded(
                 [
                     lambda: self.tracer_provider.shutdown() or True,
-                    lambda: self.meter_provider.shutdown(timeout_millis=millis) or True,
+                    lambda: _shut_down(self.meter_provider, millis),
                 ],
                 budget,
             )
@@ -572,6 +899,14 @@ class Export:
                 self.quiet.uninstall()
         self._closed = done
         return done
+
+
+def _shut_down(meter_provider: Any, millis: int) -> bool:
+    """The SDK's meter provider, shut down; the API's no-op one (metrics off) has nothing to shut down."""
+    shutdown = getattr(meter_provider, "shutdown", None)
+    if callable(shutdown):
+        shutdown(timeout_millis=millis)
+    return True
 
 
 def force_flush(timeout_s: float, *providers: Any) -> bool:
@@ -657,12 +992,6 @@ def providers(
     ``OTEL_METRICS_EXPORTER``; extra span processors and metric readers are added as given.
     A malformed variable raises :class:`ConfigError`, or, given a list of ``problems``, falls back
     to its default and is said there (see :func:`firsttoken.config.or_default`)."""
-    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-    from opentelemetry.sdk.metrics.export import (
-        ConsoleMetricExporter,
-        MetricReader,
-        PeriodicExportingMetricReader,
-    )
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
@@ -682,6 +1011,7 @@ def providers(
     interval_ms = or_default(p, partial(_interval, env), METRIC_EXPORT_INTERVAL_MS)
     shutdown_ms = or_default(p, partial(_millis, ENV_SHUTDOWN_TIMEOUT, env, SHUTDOWN_TIMEOUT_MS), SHUTDOWN_TIMEOUT_MS)
     tally = ExportTally()
+    deferred = Deferred()
 
     resource = Resource.create(dict(resource_attributes or {}))
     if str(resource.attributes.get(_SERVICE_NAME, "")).startswith("unknown_service"):  # the SDK's default
@@ -697,39 +1027,52 @@ def providers(
         tracer_provider.add_span_processor(processor)
     for name in trace_names:
         span_exporter: Any = (
-            _otlp_exporter(
+            _lazy_exporter(
+                deferred,
                 "spans",
                 traces_protocol,
                 or_default(p, partial(_timeout, ENV_TRACES_TIMEOUT, env), EXPORT_TIMEOUT_S),
                 tally,
                 traces_url,
+                env,
+                p,
             )
             if name == "otlp"
             else ConsoleSpanExporter()
         )
-        tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+        processor = BatchSpanProcessor(span_exporter)
+        if isinstance(span_exporter, Lazy):
+            span_exporter.processor = processor
+        tracer_provider.add_span_processor(processor)
         span_exporters.append(span_exporter)
 
-    readers: list[MetricReader] = []
+    readers: list[Any] = []
     metric_exporters: list[Any] = []
-    metrics_timeout = or_default(p, partial(_timeout, ENV_METRICS_TIMEOUT, env), EXPORT_TIMEOUT_S)
-    timeout_ms = int(metrics_timeout * 1000)
-    export_timeout_ms = or_default(p, partial(_millis, ENV_METRIC_EXPORT_TIMEOUT, env, timeout_ms), timeout_ms)
-    for name in metric_names:
-        metric_exporter: Any = (
-            _otlp_exporter("metrics", metrics_protocol, metrics_timeout, tally, metrics_url)
-            if name == "otlp"
-            else ConsoleMetricExporter()
-        )
-        metric_exporters.append(metric_exporter)
-        readers.append(
-            PeriodicExportingMetricReader(
-                metric_exporter, export_interval_millis=interval_ms, export_timeout_millis=export_timeout_ms
+    meter_provider: Any = metrics.NoOpMeterProvider()  # metrics off: the metrics SDK is not even imported
+    if metric_names or metric_readers:
+        from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
+
+        metrics_timeout = or_default(p, partial(_timeout, ENV_METRICS_TIMEOUT, env), EXPORT_TIMEOUT_S)
+        timeout_ms = int(metrics_timeout * 1000)
+        export_timeout_ms = or_default(p, partial(_millis, ENV_METRIC_EXPORT_TIMEOUT, env, timeout_ms), timeout_ms)
+        for name in metric_names:
+            metric_exporter: Any = (
+                _lazy_exporter(deferred, "metrics", metrics_protocol, metrics_timeout, tally, metrics_url, env, p)
+                if name == "otlp"
+                else ConsoleMetricExporter()
             )
+            metric_exporters.append(metric_exporter)
+            readers.append(
+                PeriodicExportingMetricReader(
+                    metric_exporter, export_interval_millis=interval_ms, export_timeout_millis=export_timeout_ms
+                )
+            )
+        meter_provider = SdkMeterProvider(
+            resource=resource, metric_readers=[*metric_readers, *readers], shutdown_on_exit=False
         )
-    meter_provider = SdkMeterProvider(
-        resource=resource, metric_readers=[*metric_readers, *readers], shutdown_on_exit=False
-    )
+    if deferred.exporters:
+        deferred.watch(tracer_provider, meter_provider)
 
     endpoint = quiet = None
     if "otlp" in trace_names or "otlp" in metric_names:
@@ -752,6 +1095,7 @@ def providers(
         quiet=quiet,
         metric_readers=readers,
         held=held_by(span_exporters),
+        deferred=deferred if deferred.exporters else None,
     )
     atexit.register(export.close)
     return export
@@ -792,12 +1136,13 @@ def _start_afresh_in_children(
                     buffer.forget()
             for ref in exporters:
                 exporter = ref()
-                if exporter is not None:
+                if isinstance(exporter, Lazy):
+                    exporter.in_child()
+                elif exporter is not None:
                     _fresh_connections(exporter)
-            current = provider()
-            if current is None:
+            consumer = getattr(provider(), "_measurement_consumer", None)  # none: metrics are off
+            if consumer is None:
                 return
-            consumer = current._measurement_consumer
             consumer._lock = threading.Lock()  # another thread of the parent may have held it at the fork
             for storage in consumer._reader_storages.values():
                 storage._lock = threading.RLock()
