@@ -29,11 +29,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 import overhead
 
 BUDGET_FILE = Path(__file__).with_name("instruction_budget.json")
-TOLERANCE = 0.03
+TOLERANCE = 0.05
 """How much firsttoken's own instructions per call may grow over the committed number. The figure of
 one run lies within about ±1 % (openai) and ±1.5 % (anthropic) of the figure of many (95 % of 2,000
-resamplings of ten counted rounds of one run): a growth of 3 % fails here however the run falls,
-a growth of 2 % most of the time, and no run of unchanged code should."""
+resamplings of ten counted rounds of one run), and two runs of one build agree within 0.1 %; but
+builds whose per-call code is the same differ by more: six builds in one round (r13, docs/overhead.md)
+measured openai 646k-675k, -0.7 % to +3.6 % of the budget (CPython's dict and type-cache layout moves
+with code that never runs per call). So 5 %: unchanged code should never fail, and a growth of 5 %
+fails however the build falls; a growth of 2-3 % is not caught."""
 WORKLOADS = ("openai", "anthropic")
 CALLS = 3
 """Calls per stretch, each counted on its own. The calls of one stretch agree within 5-20k
