@@ -31,7 +31,7 @@ def sim() -> Iterator[Simulator]:
         yield s
 
 
-OTHER_GENAI_INSTRUMENTATIONS = "openai,anthropic"
+OTHER_GENAI_INSTRUMENTATIONS = "openai,anthropic,bedrock"
 """The entry-point names of the official instrumentors' and OpenLLMetry's (firsttoken's is ``firsttoken``)."""
 
 

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -394,9 +395,17 @@ def cells(behaviour: str) -> list[Any]:
     return out
 
 
+ELSEWHERE = {"bedrock": "tests/test_boto3_bedrock.py"}
+"""Wire formats whose only client is none of CLIENTS, with the file that runs the matrix's behaviours on them
+(TTFT, tokens and cache, capture on and off, early close, dropped connection, error event, retries as one
+call): Bedrock Runtime's event stream is spoken by botocore alone."""
+
+
 def test_the_routes_cover_every_registered_wire_format() -> None:
     """A wire format added to the registry without a route here fails this (and so joins the matrix)."""
-    assert {fmt.family for fmt in direct.FORMATS} == {route.family for route in ROUTES}
+    assert {fmt.family for fmt in direct.FORMATS} == {route.family for route in ROUTES} | set(ELSEWHERE)
+    for path in ELSEWHERE.values():
+        assert (Path(__file__).parents[1] / path).is_file(), path
 
 
 # -- the simulators, and firsttoken instrumented around each case ------------------------------------

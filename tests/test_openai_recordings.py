@@ -57,7 +57,7 @@ def _expected(status: int, text: str, stream: bool) -> dict[str, Any]:
         if cached is not None:
             out[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached
         reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
-        if reasoning is not None:
+        if reasoning:  # none reported: absent (docs/semantics.md, "Absent means")
             out[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = reasoning
     return out
 
