@@ -9,10 +9,13 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from opentelemetry.trace import Span
+from opentelemetry.util.types import AttributeValue
+
 from .. import semconv as sc
 from ..config import warn
 from ..context import CALL_START
-from ..recorder import app_suppressed
+from ..recorder import Recorder, app_suppressed
 from ..streams import is_running, watch
 from ..timeline import STREAM_TEXT_KEY, Timeline
 from .endpoints import Resolver
@@ -164,3 +167,18 @@ async def stamp_start_async(wrapped: Any, instance: Any, args: tuple[Any, ...], 
         return await wrapped(*args, **kwargs)
     finally:
         CALL_START.reset(token)
+
+
+def start_session_span(
+    recorder: Recorder, provider: str, model: str | None, host: str | None, port: int | None, start_wall_ns: int
+) -> Span:
+    """A realtime session's span (OpenAI Realtime, Gemini Live): its provider, model and server."""
+    attrs: dict[str, AttributeValue] = {sc.GEN_AI_PROVIDER_NAME: provider}
+    if model:
+        attrs[sc.GEN_AI_REQUEST_MODEL] = model
+    if host:
+        attrs[sc.SERVER_ADDRESS] = host
+        if port is not None:
+            attrs[sc.SERVER_PORT] = port
+    name = f"{sc.SPAN_REALTIME_SESSION} {model}" if model else sc.SPAN_REALTIME_SESSION
+    return recorder.start_session(name, attrs, start_wall_ns)

@@ -139,15 +139,7 @@ class _Session:
         self.host = host
         self.port = port
         self.start_ns, self.start_wall_ns = time.perf_counter_ns(), time.time_ns()
-        attrs: dict[str, AttributeValue] = {sc.GEN_AI_PROVIDER_NAME: provider}
-        if model:
-            attrs[sc.GEN_AI_REQUEST_MODEL] = model
-        if host:
-            attrs[sc.SERVER_ADDRESS] = host
-            if port is not None:
-                attrs[sc.SERVER_PORT] = port
-        name = f"{sc.SPAN_REALTIME_SESSION} {model}" if model else sc.SPAN_REALTIME_SESSION
-        self.span = recorder.start_session(name, attrs, self.start_wall_ns)
+        self.span = common.start_session_span(recorder, provider, model, host, port, self.start_wall_ns)
         self.facts: dict[str, AttributeValue] = {}
         """What the session span says at its end, besides how it ended."""
         self.events: list[tuple[int, str, dict[str, AttributeValue]]] = []
