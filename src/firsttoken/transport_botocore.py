@@ -38,7 +38,6 @@ from . import semconv as sc
 from ._internal import internal_error
 from ._patch import Patches
 from .context import CURRENT_CALL
-from .headers import read_headers
 from .streams import ERROR_EVENT, end_on_exception, watch
 from .timeline import Timeline
 from .transport import (
@@ -48,10 +47,9 @@ from .transport import (
     SseFeed,
     WireRequest,
     next_attempt,
-    read_on,
     send_direct,
 )
-from .transport_requests import patch_urllib3
+from .transport_requests import patch_urllib3, urllib3_responded
 
 
 class _Headers:
@@ -210,20 +208,7 @@ class BotocoreAdapter:
             tl.request_bytes = (tl.request_bytes or 0) + len(body.encode() if isinstance(body, str) else body)
 
     def responded(self, tl: Timeline, family: str, response: Any) -> None:
-        now = time.perf_counter_ns()
-        status = response.status_code
-        tl.status_code = status
-        tl.attempt_log.append((now, status))
-        if tl.headers_ns is None:
-            tl.cut(now, sc.PHASE_SERVER_WAIT)
-            tl.headers_ns = now
-        if self.wire_phases and tl.connect_ns is None:
-            tl.reused_connections += 1
-        version = getattr(response.raw, "version", None)
-        if version in (10, 11, 20):
-            tl.extra[sc.NETWORK_PROTOCOL_VERSION] = f"{version // 10}.{version % 10}"
-        read_headers(tl, response.headers)
-        read_on(tl, response, status, now)
+        urllib3_responded(tl, response, self.wire_phases)
 
     # -- a streamed answer, as the app reads it --------------------------------------------------
 

@@ -135,20 +135,7 @@ class RequestsAdapter:
         return send_direct(self, wrapped, instance, args, kwargs)
 
     def responded(self, tl: Timeline, family: str, response: Any) -> None:
-        now = time.perf_counter_ns()
-        status = response.status_code
-        tl.status_code = status
-        tl.attempt_log.append((now, status))
-        if tl.headers_ns is None:
-            tl.cut(now, sc.PHASE_SERVER_WAIT)
-            tl.headers_ns = now
-        if self.wire_phases and tl.connect_ns is None:
-            tl.reused_connections += 1
-        version = getattr(response.raw, "version", None)
-        if version in (10, 11, 20):
-            tl.extra[sc.NETWORK_PROTOCOL_VERSION] = f"{version // 10}.{version % 10}"
-        read_headers(tl, response.headers)
-        if not read_on(tl, response, status, now):
+        if not urllib3_responded(tl, response, self.wire_phases):
             return
         headers = response.headers
         streamed = "text/event-stream" in headers.get("Content-Type", "")
@@ -228,6 +215,26 @@ class RequestsAdapter:
             except Exception:
                 internal_error("requests response close failed")
         return wrapped(*args, **kwargs)
+
+
+def urllib3_responded(tl: Timeline, response: Any, wire_phases: bool) -> bool:
+    """An attempt's answer over urllib3 (a requests or botocore response): its status, the server wait
+    cut at its headers, the connection's reuse and HTTP version, its headers; whether to read it on
+    (``transport.read_on``)."""
+    now = time.perf_counter_ns()
+    status = response.status_code
+    tl.status_code = status
+    tl.attempt_log.append((now, status))
+    if tl.headers_ns is None:
+        tl.cut(now, sc.PHASE_SERVER_WAIT)
+        tl.headers_ns = now
+    if wire_phases and tl.connect_ns is None:
+        tl.reused_connections += 1
+    version = getattr(response.raw, "version", None)
+    if version in (10, 11, 20):
+        tl.extra[sc.NETWORK_PROTOCOL_VERSION] = f"{version // 10}.{version % 10}"
+    read_headers(tl, response.headers)
+    return read_on(tl, response, status, now)
 
 
 def _wire_bytes(response: Any, body: _Body) -> int:
