@@ -108,7 +108,8 @@ def _request_attributes(body: Mapping[str, Any]) -> dict[str, Any]:
     return attrs
 
 
-def _input_content(body: Mapping[str, Any]) -> dict[str, str]:
+def input_content(body: Mapping[str, Any]) -> dict[str, str]:
+    """The captured input of a body of ``system`` and ``messages`` (Anthropic's, and Bedrock Converse's)."""
     out: dict[str, str] = {}
     if body.get("system") is not None:
         out[sc.GEN_AI_SYSTEM_INSTRUCTIONS] = common.to_json(body["system"])
@@ -227,7 +228,7 @@ def _describe(body: Mapping[str, Any], stream: bool, operation: str) -> CallDesc
         model=model if isinstance(model, str) else None,
         stream=stream and operation == sc.OP_CHAT,
         request=_request_attributes(body) if operation == sc.OP_CHAT else {},
-        content=lambda: _input_content(body),
+        content=lambda: input_content(body),
         prefix=()
         if body.get("system") is None and body.get("tools") is None
         else (body.get("system"), body.get("tools")),

@@ -62,15 +62,6 @@ def _converse_request(body: Mapping[str, Any]) -> dict[str, Any]:
     return attrs
 
 
-def _converse_content(body: Mapping[str, Any]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    if body.get("system") is not None:
-        out[sc.GEN_AI_SYSTEM_INSTRUCTIONS] = common.to_json(body["system"])
-    if body.get("messages") is not None:
-        out[sc.GEN_AI_INPUT_MESSAGES] = common.to_json(body["messages"])
-    return out
-
-
 def read_usage(tl: Timeline, usage: Any) -> None:
     """Converse usage (the whole answer's, or the stream's ``metadata``) -> GenAI usage."""
     if not isinstance(usage, Mapping):
@@ -170,7 +161,7 @@ class BedrockFormat(WireFormat):
             model=_model(path),
             stream=streamed,
             request=_converse_request(body),
-            content=lambda: _converse_content(body),
+            content=lambda: anthropic.input_content(body),
             prefix=() if system is None and tools is None else (system, tools),
         )
 
