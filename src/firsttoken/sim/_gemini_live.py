@@ -31,10 +31,10 @@ import base64
 import contextlib
 import json
 import ssl
-import threading
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
+
+from ._websocket import WebsocketServer
 
 SAMPLE_RATE = 24_000
 """PCM16 mono at 24 kHz: Gemini Live's output audio."""
@@ -176,7 +176,7 @@ class _Session:
             await self.ws.close(1000, "session over")
 
 
-class GeminiLiveSimulator:
+class GeminiLiveSimulator(WebsocketServer):
     """Gemini Live on ``wss://127.0.0.1:<port>/ws/...BidiGenerateContent``; a context manager.
 
     ``ssl_context``: the server's (``firsttoken.sim.tls.test_certificates().server``); the SDK only
@@ -184,56 +184,19 @@ class GeminiLiveSimulator:
     """
 
     def __init__(self, timing: GeminiLiveTiming | None = None, *, ssl_context: ssl.SSLContext) -> None:
+        super().__init__("firsttoken-gemini-live-sim", ssl_context)
         self.timing = timing or GeminiLiveTiming()
-        self.ssl_context = ssl_context
         self.sent: list[dict[str, Any]] = []
         """Every message sent, in order (across connections)."""
         self.received: list[dict[str, Any]] = []
         """Every client message, in order (across connections)."""
         self.paths: list[str] = []
         """Each connection's request path (with its query)."""
-        self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._stop: asyncio.Future[None] | None = None
-        self._port = 0
-        self._thread = threading.Thread(target=self._run, name="firsttoken-gemini-live-sim", daemon=True)
 
     @property
     def base_url(self) -> str:
         """The SDK's ``HttpOptions.base_url`` (it makes the websocket's ``wss`` URL of it)."""
         return f"https://127.0.0.1:{self._port}"
-
-    def start(self) -> GeminiLiveSimulator:
-        self._thread.start()
-        self._ready.wait()
-        return self
-
-    def close(self) -> None:
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set_result, None)
-        self._thread.join()
-
-    def __enter__(self) -> GeminiLiveSimulator:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def _run(self) -> None:
-        self._loop.run_until_complete(self._serve())
-        self._loop.close()
-
-    async def _serve(self) -> None:
-        from websockets.asyncio.server import serve
-
-        self._stop = self._loop.create_future()
-        async with serve(self._connection, "127.0.0.1", 0, ssl=self.ssl_context, max_size=None) as server:
-            self._port = next(iter(server.sockets)).getsockname()[1]
-            self._ready.set()
-            await self._stop
 
     async def _connection(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed

@@ -26,10 +26,10 @@ import base64
 import contextlib
 import itertools
 import json
-import threading
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
+
+from ._websocket import WebsocketServer
 
 SAMPLE_RATE = 24_000
 """PCM16 mono at 24 kHz: the Realtime API's ``audio/pcm`` output."""
@@ -238,56 +238,20 @@ class _Session:
         }
 
 
-class RealtimeSimulator:
+class RealtimeSimulator(WebsocketServer):
     """The Realtime API on ``ws://127.0.0.1:<port>/v1/realtime``; a context manager."""
 
     def __init__(self, timing: RealtimeTiming | None = None) -> None:
+        super().__init__("firsttoken-realtime-sim")
         self.timing = timing or RealtimeTiming()
         self.sent: list[dict[str, Any]] = []
         """Every event sent, in order (across connections)."""
         self.connections = 0
-        self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._stop: asyncio.Future[None] | None = None
-        self._port = 0
-        self._thread = threading.Thread(target=self._run, name="firsttoken-realtime-sim", daemon=True)
 
     @property
     def websocket_base_url(self) -> str:
         """The SDK's ``websocket_base_url``: it appends ``/realtime``."""
         return f"ws://127.0.0.1:{self._port}/v1"
-
-    def start(self) -> RealtimeSimulator:
-        self._thread.start()
-        self._ready.wait()
-        return self
-
-    def close(self) -> None:
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set_result, None)
-        self._thread.join()
-
-    def __enter__(self) -> RealtimeSimulator:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def _run(self) -> None:
-        self._loop.run_until_complete(self._serve())
-        self._loop.close()
-
-    async def _serve(self) -> None:
-        from websockets.asyncio.server import serve
-
-        self._stop = self._loop.create_future()
-        async with serve(self._connection, "127.0.0.1", 0, max_size=None) as server:
-            self._port = next(iter(server.sockets)).getsockname()[1]
-            self._ready.set()
-            await self._stop
 
     async def _connection(self, ws: Any) -> None:
         from urllib.parse import parse_qs, urlsplit
