@@ -424,8 +424,39 @@ def test_a_block_in_the_bucket_is_served_by_the_store_gateway(thanos: Thanos) ->
         f"thanos store gateway: blocks {blocks} served after {synced:.1f} s;",
         f"{len(raw)} raw-series expressions, {lit} with data",
     )
-    assert lit > len(raw) // 2
-    assert not bad, "\n".join(bad)
+    try:
+        assert lit > len(raw) // 2
+        assert not bad, "\n".join(bad)
+    finally:
+        withdraw(thanos, blocks, when)
+
+
+def withdraw(thanos: Thanos, blocks: list[str], when: float) -> None:
+    """Take the snapshot's blocks out of the store gateway (marked for deletion with Thanos' own tool).
+    A snapshot's last chunk of each series is shorter than the head's chunk that goes on growing: the
+    two overlap without being equal, and Query merges such chunks of one series as replicas (penalty
+    deduplication), skipping the head's samples for two evaluation intervals after the block's end (a
+    probe showed Query answering the block's last sample at +3..+9 s). Blocks Prometheus cuts itself and
+    the sidecar uploads equal the ones the sidecar reads back, so production has no such seam; the
+    tests after this one query what production would."""
+    mark = run(
+        [
+            binary("thanos"),
+            "tools",
+            "bucket",
+            "mark",
+            *(f"--id={b}" for b in blocks),
+            "--marker=deletion-mark.json",
+            "--details=a test's snapshot of replica A's head",
+            f"--objstore.config-file={thanos.tmp / 'bucket.yml'}",
+        ]
+    )
+    assert mark.returncode == 0, mark.stdout + mark.stderr
+    poll(
+        "the store gateway dropping the marked block",
+        lambda: not thanos.store_query.at('count({otel_scope_name="firsttoken"})', when),
+        60,
+    )
 
 
 # -- alerts from the Ruler -------------------------------------------------------------------------------
