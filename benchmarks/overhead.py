@@ -401,6 +401,59 @@ def count_rounds(
     return counts
 
 
+def count_bytecodes(config: str, names: Sequence[str], calls: int, warm: int = 5) -> dict[str, list[int]]:
+    """{workload: Python bytecode instructions that firsttoken's own code ran, per call}: each of
+    ``calls`` streamed calls of SHORT tokens under ``config``, after ``warm`` uncounted ones, counted on
+    its own with the interpreter's opcode trace (``frame.f_trace_opcodes``) in the frames of
+    firsttoken's package (its simulator, in another process here, aside). Unlike callgrind's count it
+    does not move with where CPython's dict and type caches put their entries (a build whose per-call
+    code is the same counts the same), and the simulator's whole-response writes make the reads alike;
+    it sees none of the C work firsttoken's Python calls into (the callgrind count does). The counting
+    thread only: with no-op providers no other thread runs firsttoken's code per call."""
+    import gc
+    import os
+    import sys
+
+    import firsttoken
+
+    root = os.path.dirname(os.path.abspath(firsttoken.__file__)) + os.sep
+    skip = os.path.join(root, "sim") + os.sep
+    ran = [0]
+
+    def opcodes(frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            ran[0] += 1
+        return opcodes
+
+    def calls_into(frame: Any, event: str, arg: Any) -> Any:
+        where = frame.f_code.co_filename
+        if where.startswith(root) and not where.startswith(skip):
+            frame.f_trace_lines = False
+            frame.f_trace_opcodes = True
+            return opcodes
+        return None
+
+    out: dict[str, list[int]] = {}
+    with _simulator(whole=True) as urls:
+        workloads = {name: w for name, w in _workloads(urls).items() if name in names}
+        firsttoken.instrument(**_configs()[config]())
+        try:
+            for name, (run, client) in workloads.items():
+                run(client, warm, SHORT)
+                gc.collect()
+                for _ in range(calls):
+                    ran[0] = 0
+                    sys.settrace(calls_into)
+                    try:
+                        run(client, 1, SHORT)
+                    finally:
+                        sys.settrace(None)
+                    out.setdefault(name, []).append(ran[0])
+        finally:
+            firsttoken.uninstrument()
+    return out
+
+
 def instructions(counted: Sequence[str] = COUNTED_CONFIGS[1:]) -> dict[str, dict[str, dict[str, float]]]:
     """{sdk: {config: {per_call_instr, per_chunk_instr, per_call_us, per_chunk_us, baseline_instr}}}
 
