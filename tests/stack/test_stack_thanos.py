@@ -436,9 +436,10 @@ def withdraw(thanos: Thanos, blocks: list[str], when: float) -> None:
     A snapshot's last chunk of each series is shorter than the head's chunk that goes on growing: the
     two overlap without being equal, and Query merges such chunks of one series as replicas (penalty
     deduplication), skipping the head's samples for two evaluation intervals after the block's end (a
-    probe showed Query answering the block's last sample at +3..+9 s). Blocks Prometheus cuts itself and
-    the sidecar uploads equal the ones the sidecar reads back, so production has no such seam; the
-    tests after this one query what production would."""
+    probe showed Query answering the block's last sample at +3..+9 s). A block Prometheus cuts itself
+    ends where its head's chunks begin, and the sidecar reads back the chunks it uploaded, so production
+    should have no such seam (not seen here: a test cannot wait 2 h for a block); the tests after this
+    one query what the HA pair alone answers."""
     mark = run(
         [
             binary("thanos"),
