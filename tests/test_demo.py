@@ -326,9 +326,15 @@ def test_the_warm_up_calls_each_api_kind_once_before_anything_is_measured() -> N
 
 
 def test_configuration_warning_points_at_the_apps_call() -> None:
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    # Providers given: firsttoken's own OTLP set-up, which uninstrument() leaves to the exit, would export to
+    # localhost:4318 when pytest exits and log its retries there.
+    providers = {"tracer_provider": NoOpTracerProvider(), "meter_provider": NoOpMeterProvider()}
     try:
         with pytest.warns(FirstTokenWarning) as caught:
-            assert firsttoken.instrument(chunk_metrics="yes")  # that setting's default; the rest works
+            assert firsttoken.instrument(chunk_metrics="yes", **providers)  # that setting's default; the rest works
     finally:
         firsttoken.uninstrument()
     assert caught[0].filename == __file__
