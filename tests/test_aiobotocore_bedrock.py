@@ -30,15 +30,20 @@ from .test_boto3_bedrock import (  # the same simulator, requests and fixtures a
     LATENCY,
     MODEL_ID,
     NOVA_ID,
-    SECRET,
     _instrumented,
     captured,
+    check_captured,
+    check_closed,
+    check_dropped,
+    check_throttled,
+    check_two_streams,
+    check_whole,
+    client_options,
     sim,
     telemetry,
 )
 
 aiobotocore_session = pytest.importorskip("aiobotocore.session", reason="aiobotocore is in the dev extra")
-from botocore.config import Config  # noqa: E402
 from botocore.exceptions import ClientError, EventStreamError  # noqa: E402
 
 __all__ = ["captured", "sim", "telemetry"]  # fixtures, imported to be used here
@@ -46,15 +51,8 @@ __all__ = ["captured", "sim", "telemetry"]  # fixtures, imported to be used here
 
 @contextlib.asynccontextmanager
 async def _client(sim: Simulator, attempts: int = 1) -> AsyncIterator[Any]:
-    """``total_max_attempts``: botocore's ``max_attempts`` counts the retries only."""
     async with aiobotocore_session.get_session().create_client(
-        "bedrock-runtime",
-        region_name="us-east-1",
-        endpoint_url=sim.url,
-        aws_access_key_id="AKIDEXAMPLE",
-        aws_secret_access_key=SECRET,
-        aws_session_token="fake-session-token",
-        config=Config(retries={"total_max_attempts": attempts, "mode": "standard"}),
+        "bedrock-runtime", **client_options(sim, attempts)
     ) as runtime:
         yield runtime
 
@@ -73,25 +71,10 @@ async def test_converse_stream_ttft_tokens_and_cache(telemetry: Telemetry, sim: 
         for _ in range(2):  # the second reads the system prompt's cache the first wrote
             events = [e async for e in (await runtime.converse_stream(**CONVERSE))["stream"]]
             assert "metadata" in events[-1], "what aiobotocore returns is untouched"
-    first, second = (dict(s.attributes or {}) for s in telemetry.calls())
+    first, second = check_two_streams(telemetry, sim)
     for a in (first, second):
-        assert a[sc.GEN_AI_PROVIDER_NAME] == "aws.bedrock"
-        assert a[sc.GEN_AI_REQUEST_MODEL] == MODEL_ID
-        assert a[sc.GEN_AI_REQUEST_STREAM] is True
-        assert a[sc.FT_END_REASON] == sc.END_COMPLETED
-        assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
-        assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 12
-        assert a[sc.GEN_AI_REQUEST_MAX_TOKENS] == 64
-        # TTFT at the first content delta (after messageStart), after the headers and the simulator's queue.
-        assert 0.03 <= a[sc.FT_TIME_TO_RESPONSE_HEADERS] <= a[sc.FT_TIME_TO_FIRST_TOKEN] < 5.0
-        assert a[sc.FT_CHUNK_COUNT] > 2
-        assert sc.FT_ATTEMPTS not in a  # one attempt: absent
-        assert a[sc.FT_REQUEST_BODY_SIZE] > 0 and a[sc.FT_RESPONSE_BODY_SIZE] > 0
+        assert a[sc.FT_RESPONSE_BODY_SIZE] > 0  # aiohttp's StreamReader counts what it received
         assert a[sc.NETWORK_PROTOCOL_VERSION] == "1.1"
-    served = sim.requests
-    assert first[sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == served[0].cache_creation_tokens > 0
-    assert second[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == served[1].cached_tokens > 0
-    assert first[sc.GEN_AI_USAGE_INPUT_TOKENS] == second[sc.GEN_AI_USAGE_INPUT_TOKENS] == served[0].input_tokens
     # Wire phases from aiohttp's TraceConfig, for this call: a new connection, then the same one again.
     assert first[sc.FT_CONNECTION_REUSED] is False and second[sc.FT_CONNECTION_REUSED] is True
 
@@ -121,17 +104,7 @@ async def test_converse_whole_and_invoke_model(telemetry: Telemetry, sim: Simula
         answer = await runtime.converse(**CONVERSE)
         response = await runtime.invoke_model(modelId=MODEL_ID, body=ANTHROPIC_BODY)
         body = json.loads(await response["body"].read())
-    converse, invoke = (dict(s.attributes or {}) for s in telemetry.calls())
-    assert converse[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == answer["usage"]["outputTokens"] == 12
-    assert converse[sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == answer["usage"]["cacheWriteInputTokens"] > 0
-    assert invoke[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == body["usage"]["output_tokens"] == 12
-    for a in (converse, invoke):
-        assert a[sc.FT_END_REASON] == sc.END_COMPLETED
-        assert a[sc.FT_RESPONSE_BODY_SIZE] > 0
-        assert a[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
-        assert a.get(sc.GEN_AI_REQUEST_STREAM) is not True
-        assert sc.FT_TIME_TO_FIRST_TOKEN not in a
-        assert a[sc.GEN_AI_PROVIDER_NAME] == "aws.bedrock"
+    check_whole(telemetry, answer, body)
 
 
 async def test_invoke_model_read_in_pieces_then_closed(telemetry: Telemetry, sim: Simulator) -> None:
@@ -174,9 +147,7 @@ async def test_an_early_close_ends_the_call_as_closed(telemetry: Telemetry, sim:
                 break
         assert telemetry.calls() == []
         stream.close()
-        a = _attrs(telemetry)  # at the close, not when the stream is collected
-    assert a[sc.FT_END_REASON] == sc.END_CLOSED
-    assert sc.FT_TIME_TO_FIRST_TOKEN in a
+        check_closed(telemetry)
 
 
 async def test_a_stream_left_unread_is_abandoned(telemetry: Telemetry, sim: Simulator) -> None:
@@ -207,11 +178,7 @@ async def test_a_dropped_connection_is_an_error_at_that_moment(telemetry: Teleme
         stream = (await runtime.converse_stream(**CONVERSE))["stream"]
         with pytest.raises(Exception) as raised:
             [e async for e in stream]
-        span = telemetry.call()  # the app still holds the stream
-    a = dict(span.attributes or {})
-    assert a[sc.FT_END_REASON] == sc.END_ERROR
-    assert a[sc.ERROR_TYPE] == type(raised.value).__qualname__
-    assert span.status.status_code.name == "ERROR"
+        check_dropped(telemetry, raised.value)
 
 
 async def test_throttling_retried_by_aiobotocore_is_one_call(telemetry: Telemetry, sim: Simulator) -> None:
@@ -224,14 +191,7 @@ async def test_throttling_retried_by_aiobotocore_is_one_call(telemetry: Telemetr
             sim.inject(Fault.rate_limit(retry_after=0))
         with pytest.raises(ClientError) as raised:
             await runtime.converse_stream(**CONVERSE)
-    assert raised.value.response["Error"]["Code"] == "ThrottlingException"
-    answered, given_up = (dict(s.attributes or {}) for s in telemetry.calls())
-    assert answered[sc.FT_ATTEMPTS] == 2 and answered[sc.FT_END_REASON] == sc.END_COMPLETED
-    assert answered[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 12
-    assert given_up[sc.FT_ATTEMPTS] == 2 and given_up[sc.FT_END_REASON] == sc.END_ERROR
-    assert given_up[sc.ERROR_TYPE] == "RateLimitError"
-    assert given_up[sc.HTTP_RESPONSE_STATUS_CODE] == 429
-    assert [r.status for r in sim.requests] == [429, 200, 429, 429]
+    check_throttled(telemetry, sim, raised.value)
     assert _points(telemetry, sc.M_OPERATION_DURATION) == 2
 
 
@@ -258,14 +218,7 @@ async def test_concurrent_calls_in_one_event_loop(telemetry: Telemetry, sim: Sim
 
 async def test_capture_on_keeps_the_content_and_never_the_credentials(captured: Telemetry, sim: Simulator) -> None:
     async with _client(sim) as runtime:
-        events = [e async for e in (await runtime.converse_stream(**CONVERSE))["stream"]]
-    text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e)
-    a = _attrs(captured)
-    assert "Say hello" in a[sc.GEN_AI_INPUT_MESSAGES]
-    assert text and text in a[sc.GEN_AI_OUTPUT_MESSAGES]
-    everything = repr([(s.attributes, s.events) for s in captured.spans()]) + repr(captured.metrics())
-    for secret in ("AKIDEXAMPLE", SECRET, "fake-session-token", "Signature", "AWS4-HMAC-SHA256"):
-        assert secret not in everything
+        check_captured(captured, [e async for e in (await runtime.converse_stream(**CONVERSE))["stream"]])
 
 
 async def _both(sim: Simulator) -> tuple[list[Any], dict[str, Any], Any]:
