@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The SDK-facing tests against the OLDEST SDKs firsttoken declares it supports: openai and anthropic
-# (patched), and google-genai, cohere, mistralai and groq (measured on the wire, not patched); and
+# (patched), and google-genai, cohere, mistralai and groq (measured on the wire, not patched);
+# aiobotocore (its botocore pin is older than the dev extra's boto3 bound); and
 # tests/test_coexist.py's openai-v2 case, which needs the util-genai 0.x the main venv cannot hold.
 #
 # Usage: scripts/compat.sh [pytest args...]
@@ -11,6 +12,10 @@
 #   FIRSTTOKEN_COMPAT_GENAI, _COHERE, _MISTRALAI, _GROQ
 #                                the google-genai, cohere, mistralai and groq versions to pin (default:
 #                                their lower bounds in pyproject.toml: the gemini extra, the dev extra)
+#   FIRSTTOKEN_COMPAT_AIOBOTOCORE
+#                                the aiobotocore version to install, with the boto3 it allows (default
+#                                3.10.0): it pins botocore older than the dev extra's boto3 bound, so
+#                                its tests run here, not in the main venv
 #   FIRSTTOKEN_COMPAT_REINSTALL  1 to reinstall even when the venv already has exactly this setup
 #   PYTHON                       the interpreter that makes the venv (default python3)
 #
@@ -42,6 +47,7 @@ GENAI_VERSION=${FIRSTTOKEN_COMPAT_GENAI:-$(lower_bound google-genai GENAI)}
 COHERE_VERSION=${FIRSTTOKEN_COMPAT_COHERE:-$(lower_bound cohere COHERE)}
 MISTRALAI_VERSION=${FIRSTTOKEN_COMPAT_MISTRALAI:-$(lower_bound mistralai MISTRALAI)}
 GROQ_VERSION=${FIRSTTOKEN_COMPAT_GROQ:-$(lower_bound groq GROQ)}
+AIOBOTOCORE_VERSION=${FIRSTTOKEN_COMPAT_AIOBOTOCORE:-3.10.0}
 PINS=(
     "openai==$OPENAI_VERSION"
     "anthropic==$ANTHROPIC_VERSION"
@@ -54,6 +60,9 @@ PINS=(
     # tested here, with them taken out (tests/test_coexist.py).
     "opentelemetry-instrumentation-openai-v2==2.4b0"
     "opentelemetry-util-genai==0.4b0"
+    # aiobotocore (async boto): installed below with its boto3 extra, which takes boto3 and botocore
+    # down to the releases it allows.
+    "aiobotocore==$AIOBOTOCORE_VERSION"
 )
 # The dev extra's packages that need what PINS replaces.
 UNPINNED=(opentelemetry-instrumentation-genai-openai opentelemetry-instrumentation-genai-anthropic opentelemetry-instrumentation-genai-bedrock)
@@ -71,6 +80,7 @@ TESTS=(
     tests/test_sdk_recordings.py
     tests/test_realtime.py
     tests/test_gemini_live.py
+    tests/test_aiobotocore_bedrock.py
     tests/test_coexist.py::test_openai_v2_is_noticed_once_whether_active_before_or_after
 )
 
@@ -89,7 +99,7 @@ if [ "${FIRSTTOKEN_COMPAT_REINSTALL:-0}" = 1 ] || ! venv_is_set_up "$stamp"; the
     "$PY" -m pip install --quiet -e '.[dev]'
     echo "==> pinning ${PINS[*]}"
     "$PY" -m pip uninstall --quiet --yes "${UNPINNED[@]}"
-    "$PY" -m pip install --quiet "${PINS[@]}"
+    "$PY" -m pip install --quiet "${PINS[@]}" "aiobotocore[boto3]==$AIOBOTOCORE_VERSION"
     "$PY" -m pip check
     venv_set_up "$stamp"
 fi

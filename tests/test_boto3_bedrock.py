@@ -49,17 +49,21 @@ def sim() -> Iterator[Simulator]:
         yield s
 
 
+def client_options(sim: Simulator, attempts: int = 1) -> dict[str, Any]:
+    """A ``bedrock-runtime`` client's (boto3's or aiobotocore's) on the simulator, with fake credentials;
+    ``total_max_attempts``: botocore's ``max_attempts`` counts the retries only."""
+    return {
+        "region_name": "us-east-1",
+        "endpoint_url": sim.url,
+        "aws_access_key_id": "AKIDEXAMPLE",
+        "aws_secret_access_key": SECRET,
+        "aws_session_token": "fake-session-token",
+        "config": Config(retries={"total_max_attempts": attempts, "mode": "standard"}),
+    }
+
+
 def _client(sim: Simulator, attempts: int = 1) -> Any:
-    """``total_max_attempts``: botocore's ``max_attempts`` counts the retries only."""
-    return boto3.client(
-        "bedrock-runtime",
-        region_name="us-east-1",
-        endpoint_url=sim.url,
-        aws_access_key_id="AKIDEXAMPLE",
-        aws_secret_access_key=SECRET,
-        aws_session_token="fake-session-token",
-        config=Config(retries={"total_max_attempts": attempts, "mode": "standard"}),
-    )
+    return boto3.client("bedrock-runtime", **client_options(sim, attempts))
 
 
 @contextlib.contextmanager
@@ -88,12 +92,9 @@ def _attrs(t: Telemetry) -> dict[str, Any]:
     return dict(t.call().attributes or {})
 
 
-def test_converse_stream_ttft_tokens_and_cache(telemetry: Telemetry, sim: Simulator) -> None:
-    runtime = _client(sim)
-    for _ in range(2):  # the second reads the system prompt's cache the first wrote
-        events = list(runtime.converse_stream(**CONVERSE)["stream"])
-        assert "metadata" in events[-1], "what boto3 returns is untouched"
-    first, second = (dict(s.attributes or {}) for s in telemetry.calls())
+def check_two_streams(t: Telemetry, sim: Simulator) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two ``converse_stream`` calls read to their end, the second reading the cache the first wrote."""
+    first, second = (dict(s.attributes or {}) for s in t.calls())
     for a in (first, second):
         assert a[sc.GEN_AI_PROVIDER_NAME] == "aws.bedrock"
         assert a[sc.GEN_AI_REQUEST_MODEL] == MODEL_ID
@@ -106,19 +107,17 @@ def test_converse_stream_ttft_tokens_and_cache(telemetry: Telemetry, sim: Simula
         assert 0.03 <= a[sc.FT_TIME_TO_RESPONSE_HEADERS] <= a[sc.FT_TIME_TO_FIRST_TOKEN] < 5.0
         assert a[sc.FT_CHUNK_COUNT] > 2
         assert sc.FT_ATTEMPTS not in a  # one attempt: absent (docs/semantics.md, "Absent means")
-        assert a[sc.FT_REQUEST_BODY_SIZE] > 0  # the response's is not known: urllib3 does not count a chunked body
+        assert a[sc.FT_REQUEST_BODY_SIZE] > 0
     served = sim.requests
     assert first[sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == served[0].cache_creation_tokens > 0
     assert second[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == served[1].cached_tokens > 0
     assert first[sc.GEN_AI_USAGE_INPUT_TOKENS] == second[sc.GEN_AI_USAGE_INPUT_TOKENS] == served[0].input_tokens
-    assert second[sc.FT_CONNECTION_REUSED] is True
+    return first, second
 
 
-def test_converse_whole_and_invoke_model(telemetry: Telemetry, sim: Simulator) -> None:
-    runtime = _client(sim)
-    answer = runtime.converse(**CONVERSE)
-    body = json.loads(runtime.invoke_model(modelId=MODEL_ID, body=ANTHROPIC_BODY)["body"].read())
-    converse, invoke = (dict(s.attributes or {}) for s in telemetry.calls())
+def check_whole(t: Telemetry, answer: dict[str, Any], body: dict[str, Any]) -> None:
+    """A ``converse`` (``answer``) and an ``invoke_model`` whose body (``body``) was read whole."""
+    converse, invoke = (dict(s.attributes or {}) for s in t.calls())
     assert converse[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == answer["usage"]["outputTokens"] == 12
     assert converse[sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == answer["usage"]["cacheWriteInputTokens"] > 0
     assert invoke[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == body["usage"]["output_tokens"] == 12
@@ -129,6 +128,62 @@ def test_converse_whole_and_invoke_model(telemetry: Telemetry, sim: Simulator) -
         assert a.get(sc.GEN_AI_REQUEST_STREAM) is not True
         assert sc.FT_TIME_TO_FIRST_TOKEN not in a
         assert a[sc.GEN_AI_PROVIDER_NAME] == "aws.bedrock"
+
+
+def check_closed(t: Telemetry) -> None:
+    """A stream closed after its first token: ended ``closed`` at the close, not when it is collected."""
+    a = _attrs(t)
+    assert a[sc.FT_END_REASON] == sc.END_CLOSED
+    assert sc.FT_TIME_TO_FIRST_TOKEN in a
+
+
+def check_dropped(t: Telemetry, raised: BaseException) -> None:
+    """A stream whose connection dropped: an error, with the class the client raised, at that moment."""
+    span = t.call()  # the app still holds the stream
+    a = dict(span.attributes or {})
+    assert a[sc.FT_END_REASON] == sc.END_ERROR
+    assert a[sc.ERROR_TYPE] == type(raised).__qualname__
+    assert span.status.status_code.name == "ERROR"
+
+
+def check_throttled(t: Telemetry, sim: Simulator, raised: ClientError) -> None:
+    """A ``converse`` throttled then answered, and a ``converse_stream`` throttled twice and given up."""
+    assert raised.response["Error"]["Code"] == "ThrottlingException", "Bedrock's error, as botocore reads it"
+    answered, given_up = (dict(s.attributes or {}) for s in t.calls())
+    assert answered[sc.FT_ATTEMPTS] == 2 and answered[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert answered[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 12
+    assert given_up[sc.FT_ATTEMPTS] == 2 and given_up[sc.FT_END_REASON] == sc.END_ERROR
+    assert given_up[sc.ERROR_TYPE] == "RateLimitError"
+    assert given_up[sc.HTTP_RESPONSE_STATUS_CODE] == 429
+    assert [r.status for r in sim.requests] == [429, 200, 429, 429]
+
+
+def check_captured(t: Telemetry, events: list[dict[str, Any]]) -> None:
+    """Content capture on: the prompt and the streamed answer kept, never the credentials or the signature."""
+    text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e)
+    a = _attrs(t)
+    assert "Say hello" in a[sc.GEN_AI_INPUT_MESSAGES]
+    assert text and text in a[sc.GEN_AI_OUTPUT_MESSAGES]
+    everything = repr([(s.attributes, s.events) for s in t.spans()]) + repr(t.metrics())
+    for secret in ("AKIDEXAMPLE", SECRET, "fake-session-token", "Signature", "AWS4-HMAC-SHA256"):
+        assert secret not in everything
+
+
+def test_converse_stream_ttft_tokens_and_cache(telemetry: Telemetry, sim: Simulator) -> None:
+    runtime = _client(sim)
+    for _ in range(2):  # the second reads the system prompt's cache the first wrote
+        events = list(runtime.converse_stream(**CONVERSE)["stream"])
+        assert "metadata" in events[-1], "what boto3 returns is untouched"
+    first, second = check_two_streams(telemetry, sim)
+    assert sc.FT_RESPONSE_BODY_SIZE not in first  # not known: urllib3 does not count a chunked body
+    assert second[sc.FT_CONNECTION_REUSED] is True
+
+
+def test_converse_whole_and_invoke_model(telemetry: Telemetry, sim: Simulator) -> None:
+    runtime = _client(sim)
+    answer = runtime.converse(**CONVERSE)
+    body = json.loads(runtime.invoke_model(modelId=MODEL_ID, body=ANTHROPIC_BODY)["body"].read())
+    check_whole(telemetry, answer, body)
 
 
 def test_invoke_model_read_by_its_length_then_closed_is_completed(telemetry: Telemetry, sim: Simulator) -> None:
@@ -174,9 +229,35 @@ def test_invoke_model_with_response_stream_reads_nova_and_its_invocation_metrics
     assert 0.03 <= a[sc.FT_TIME_TO_RESPONSE_HEADERS] <= a[sc.FT_TIME_TO_FIRST_TOKEN] < 5.0
 
 
-def test_llama_chunks_give_the_first_token_and_the_invocation_metrics_end_the_stream(telemetry: Telemetry) -> None:
-    """Llama's InvokeModel chunks (``generation``; the simulator does not speak Llama), as botocore hands
-    them over: the first with text is the first token, the last (Bedrock's invocation metrics) the end."""
+_METRICS = {"inputTokenCount": 3, "outputTokenCount": 2, "invocationLatency": 90, "firstByteLatency": 40}
+_LLAMA = [
+    {"generation": "", "prompt_token_count": 3, "generation_token_count": 0, "stop_reason": None},
+    {"generation": "Hel", "prompt_token_count": None, "generation_token_count": 1, "stop_reason": None},
+    {
+        "generation": "lo",
+        "generation_token_count": 2,
+        "stop_reason": "stop",
+        "amazon-bedrock-invocationMetrics": _METRICS,
+    },
+]
+_MISTRAL = [
+    {"outputs": [{"text": "", "stop_reason": None}]},
+    {"outputs": [{"text": "Hel", "stop_reason": None}]},
+    {"outputs": [{"text": "lo", "stop_reason": "stop"}], "amazon-bedrock-invocationMetrics": _METRICS},
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "chunks"),
+    [("meta.llama3-8b-instruct-v1:0", _LLAMA), ("mistral.mistral-large-2407-v1:0", _MISTRAL)],
+    ids=["llama", "mistral"],
+)
+def test_model_chunks_give_the_first_token_and_the_invocation_metrics_end_the_stream(
+    telemetry: Telemetry, model: str, chunks: list[dict[str, Any]]
+) -> None:
+    """Llama's InvokeModel chunks (``generation``) and Mistral's (``outputs[].text``; it had no TTFT), as
+    botocore hands them over (the simulator speaks neither): the first with text is the first token,
+    the last (Bedrock's invocation metrics) the end."""
     from firsttoken import _install
     from firsttoken.providers import direct
     from firsttoken.transport import WireRequest
@@ -184,28 +265,17 @@ def test_llama_chunks_give_the_first_token_and_the_invocation_metrics_end_the_st
     recorder = _install.active_recorder()
     assert recorder is not None
     calls = direct.DirectCalls(recorder, direct.common.provider_resolver({}))
-    path = "/model/meta.llama3-8b-instruct-v1:0/invoke-with-response-stream"
+    path = f"/model/{model}/invoke-with-response-stream"
     started = calls.start(
         WireRequest("POST", "https", "bedrock-runtime.us-east-1.amazonaws.com", None, path, {}, b"{}")
     )
     assert started is not None
     tl, family = started
     reader = calls.sse_reader(tl, family)
-    metrics = {"inputTokenCount": 3, "outputTokenCount": 2, "invocationLatency": 90, "firstByteLatency": 40}
-    chunks = [
-        {"generation": "", "prompt_token_count": 3, "generation_token_count": 0, "stop_reason": None},
-        {"generation": "Hel", "prompt_token_count": None, "generation_token_count": 1, "stop_reason": None},
-        {
-            "generation": "lo",
-            "generation_token_count": 2,
-            "stop_reason": "stop",
-            "amazon-bedrock-invocationMetrics": metrics,
-        },
-    ]
     for i, chunk in enumerate(chunks):
         assert not reader.done
         reader.event({"chunk": {"bytes": json.dumps(chunk).encode()}})
-        assert (tl.first_token_ns is None) == (i == 0)  # an empty generation is no token
+        assert (tl.first_token_ns is None) == (i == 0)  # an empty text is no token
     assert reader.done
     tl.finish(sc.END_COMPLETED)
     a = _attrs(telemetry)
@@ -215,14 +285,7 @@ def test_llama_chunks_give_the_first_token_and_the_invocation_metrics_end_the_st
 
 
 def test_capture_on_keeps_the_content_and_never_the_credentials(captured: Telemetry, sim: Simulator) -> None:
-    events = list(_client(sim).converse_stream(**CONVERSE)["stream"])
-    text = "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e)
-    a = _attrs(captured)
-    assert "Say hello" in a[sc.GEN_AI_INPUT_MESSAGES]
-    assert text and text in a[sc.GEN_AI_OUTPUT_MESSAGES]
-    everything = repr([s.attributes for s in captured.spans()]) + repr(captured.metrics())
-    for secret in ("AKIDEXAMPLE", SECRET, "fake-session-token", "Signature", "AWS4-HMAC-SHA256"):
-        assert secret not in everything
+    check_captured(captured, list(_client(sim).converse_stream(**CONVERSE)["stream"]))
 
 
 def test_capture_off_keeps_no_content(telemetry: Telemetry, sim: Simulator) -> None:
@@ -238,9 +301,7 @@ def test_an_early_close_ends_the_call_as_closed(telemetry: Telemetry, sim: Simul
             break
     assert telemetry.calls() == []
     stream.close()
-    a = _attrs(telemetry)  # at the close, not when the stream is collected
-    assert a[sc.FT_END_REASON] == sc.END_CLOSED
-    assert sc.FT_TIME_TO_FIRST_TOKEN in a
+    check_closed(telemetry)
 
 
 def test_a_dropped_connection_is_an_error_at_that_moment(telemetry: Telemetry, sim: Simulator) -> None:
@@ -248,11 +309,7 @@ def test_a_dropped_connection_is_an_error_at_that_moment(telemetry: Telemetry, s
     stream = _client(sim).converse_stream(**CONVERSE)["stream"]
     with pytest.raises(Exception) as raised:
         list(stream)
-    span = telemetry.call()  # the app still holds the stream
-    a = dict(span.attributes or {})
-    assert a[sc.FT_END_REASON] == sc.END_ERROR
-    assert a[sc.ERROR_TYPE] == type(raised.value).__qualname__
-    assert span.status.status_code.name == "ERROR"
+    check_dropped(telemetry, raised.value)
 
 
 def test_an_exception_event_is_an_error_event(telemetry: Telemetry, sim: Simulator) -> None:
@@ -274,14 +331,7 @@ def test_throttling_retried_by_botocore_is_one_call(telemetry: Telemetry, sim: S
         sim.inject(Fault.rate_limit(retry_after=0))
     with pytest.raises(ClientError) as raised:
         runtime.converse_stream(**CONVERSE)
-    assert raised.value.response["Error"]["Code"] == "ThrottlingException", "Bedrock's error, as botocore reads it"
-    answered, given_up = (dict(s.attributes or {}) for s in telemetry.calls())
-    assert answered[sc.FT_ATTEMPTS] == 2 and answered[sc.FT_END_REASON] == sc.END_COMPLETED
-    assert answered[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 12
-    assert given_up[sc.FT_ATTEMPTS] == 2 and given_up[sc.FT_END_REASON] == sc.END_ERROR
-    assert given_up[sc.ERROR_TYPE] == "RateLimitError"
-    assert given_up[sc.HTTP_RESPONSE_STATUS_CODE] == 429
-    assert [r.status for r in sim.requests] == [429, 200, 429, 429]
+    check_throttled(telemetry, sim, raised.value)
 
 
 def _converse_both(sim: Simulator) -> tuple[list[Any], dict[str, Any]]:

@@ -175,6 +175,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "transport_aiohttp",
         "transport_requests",
         "transport_botocore",
+        "transport_aiobotocore",
     ),  # the HTTP client adapters, the header table
     ("providers",),  # wire formats, the call lifecycle, the SDK hooks, the wire path
     ("_install", "_exit", "_coexist", "instrumentor", "app", "race"),  # the instrumentation and what the app calls

@@ -177,13 +177,19 @@ def _requests(installation: Installation, module: ModuleType) -> bool:
 
 
 def _botocore(installation: Installation, module: ModuleType) -> bool:
-    # boto3's bedrock-runtime calls (botocore sends through urllib3 and retries by itself).
+    # boto3's bedrock-runtime calls (botocore sends through urllib3 and retries by itself), and
+    # aiobotocore's (async, through aiohttp).
     from .providers import direct
+    from .transport_aiobotocore import AiobotocoreHooks
     from .transport_botocore import BotocoreAdapter
 
     calls = direct.DirectCalls(installation.recorder, installation.provider_of)
     adapter = BotocoreAdapter(calls, installation.recorder.settings.wire_phases)
-    return adapter.patch(installation.patches, module)
+    if not adapter.patch(installation.patches, module):
+        return False
+    # aiobotocore's async overrides, with the same adapter, once the app imports aiobotocore.
+    AiobotocoreHooks(adapter).patch(installation.patches)
+    return True
 
 
 def _retry_loop(installation: Installation, module: ModuleType) -> bool:

@@ -188,19 +188,7 @@ class AiohttpAdapter:
         return await send_direct_async(self, wrapped, instance, args, kwargs)
 
     def responded(self, tl: Timeline, family: str, response: Any) -> None:
-        now = time.perf_counter_ns()
-        tl.status_code = response.status
-        tl.attempt_log.append((now, response.status))
-        if tl.headers_ns is None:
-            tl.headers_ns = now
-        version = response.version
-        if version is not None:
-            tl.extra[sc.NETWORK_PROTOCOL_VERSION] = f"{version.major}.{version.minor}"
-        read_header_pairs(tl, response.raw_headers)
-        connection = response.connection
-        transport = None if connection is None else connection.transport
-        if transport is not None:
-            tls_facts(tl, transport)
+        now = aiohttp_responded(tl, response)
         if not read_on(tl, response, response.status, now):
             return
         stream: Any = response.content
@@ -248,6 +236,26 @@ class AiohttpAdapter:
     def _release(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         _ended(instance)  # first: releasing sets a "connection closed" error on an unread stream
         return wrapped(*args, **kwargs)
+
+
+def aiohttp_responded(tl: Timeline, response: Any) -> int:
+    """An attempt's answer over aiohttp (its ``ClientResponse``, an aiobotocore response's ``raw``):
+    its status, the headers' time (the ``TraceConfig`` cut it already, when it is on), HTTP version,
+    headers and TLS facts; returns the time it was seen (its reuse is the ``TraceConfig``'s to count)."""
+    now = time.perf_counter_ns()
+    tl.status_code = response.status
+    tl.attempt_log.append((now, response.status))
+    if tl.headers_ns is None:
+        tl.headers_ns = now
+    version = response.version
+    if version is not None:
+        tl.extra[sc.NETWORK_PROTOCOL_VERSION] = f"{version.major}.{version.minor}"
+    read_header_pairs(tl, response.raw_headers)
+    connection = response.connection
+    transport = None if connection is None else connection.transport
+    if transport is not None:
+        tls_facts(tl, transport)
+    return now
 
 
 def _ended(response: Any) -> None:

@@ -95,12 +95,36 @@ def _declared_length(response: Any) -> int | None:
 
 def _raw_bytes(response: Any) -> int | None:
     """The streamed body's bytes as they came over the wire (urllib3's ``tell()``); None (not known)
-    for a chunked body, which urllib3 does not count (Bedrock's streams are)."""
-    tell = getattr(getattr(response, "raw", None), "tell", None)
+    for a chunked body, which urllib3 does not count (Bedrock's streams are). aiobotocore's raw is
+    aiohttp's ``ClientResponse`` (no ``tell()``): its ``StreamReader`` counts what it received."""
+    raw = getattr(response, "raw", None)
+    tell = getattr(raw, "tell", None)
     try:
-        return int(tell()) or None if tell is not None else None
-    except Exception:  # a raw that is not urllib3's
+        if tell is None:
+            return getattr(getattr(raw, "content", None), "total_bytes", None) or None
+        return int(tell()) or None
+    except Exception:  # a raw that is neither
         return None
+
+
+class RetryScope:
+    """``with``: botocore's (or aiobotocore's) retry loop around one API call, in :data:`RETRY_LOOP`
+    while it runs; over, the call ends as the loop returned (``result``) or raised."""
+
+    __slots__ = ("adapter", "loop", "result", "token")
+
+    def __init__(self, adapter: BotocoreAdapter) -> None:
+        self.adapter = adapter
+        self.loop = RetryLoop()
+        self.result: Any = None
+
+    def __enter__(self) -> RetryScope:
+        self.token = RETRY_LOOP.set(self.loop)
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
+        RETRY_LOOP.reset(self.token)
+        self.adapter.over(self.loop, exc, self.result)
 
 
 class BotocoreAdapter:
@@ -127,31 +151,30 @@ class BotocoreAdapter:
         ok = patches.wrap("botocore.endpoint", "Endpoint._send_request", self._send_request)
         ok = patches.wrap("botocore.endpoint", "Endpoint._send", self._send) and ok
         ok = patches.wrap("botocore.eventstream", "EventStream.__iter__", self._iter) and ok
-        ok = patches.wrap("botocore.eventstream", "EventStream.close", self._close) and ok
+        ok = patches.wrap("botocore.eventstream", "EventStream.close", self.close_body) and ok
         ok = patches.wrap("botocore.response", "StreamingBody.read", self._read) and ok
-        ok = patches.wrap("botocore.response", "StreamingBody.close", self._close) and ok
+        ok = patches.wrap("botocore.response", "StreamingBody.close", self.close_body) and ok
         if ok and self.wire_phases:
             patch_urllib3(patches)
         return ok
 
     # -- one API call, botocore's retries included ---------------------------------------------
 
-    def _send_request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def retry_scope(self) -> RetryScope | None:
+        """The scope of an API call about to run, or None inside another call (nothing to measure)."""
         if CURRENT_CALL.get() is not None or RETRY_LOOP.get() is not None:
-            return wrapped(*args, **kwargs)
-        loop = RetryLoop()
-        token = RETRY_LOOP.set(loop)
-        try:
-            result = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            RETRY_LOOP.reset(token)
-            self._over(loop, exc, None)
-            raise
-        RETRY_LOOP.reset(token)
-        self._over(loop, None, result)
-        return result
+            return None
+        return RetryScope(self)
 
-    def _over(self, loop: RetryLoop, exc: BaseException | None, result: Any) -> None:
+    def _send_request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        scope = self.retry_scope()
+        if scope is None:
+            return wrapped(*args, **kwargs)
+        with scope:
+            scope.result = wrapped(*args, **kwargs)
+        return scope.result
+
+    def over(self, loop: RetryLoop, exc: BaseException | None, result: Any) -> None:
         """botocore's retry loop is over: it raised ``exc`` or returned ``(http_response, parsed)``."""
         try:
             loop.end(exc)
@@ -220,25 +243,40 @@ class BotocoreAdapter:
         return self._observed(events, body, body.reader)
 
     def _observed(self, events: Iterator[Any], body: _Body, reader: SseFeed) -> Iterator[Any]:
-        tl = body.tl
         try:
             for event in events:
-                if not tl.ended:
-                    reader.event(event)
-                    if reader.done and not tl.ended:
-                        tl.response_bytes = _raw_bytes(body.http_response)
-                        tl.finish(sc.END_COMPLETED)
+                self.event(body, reader, event)
                 yield event
         except GeneratorExit:
             raise
-        except BaseException as exc:  # an exception event, a dropped connection: the call ends with it, now
-            if not tl.ended:
-                tl.response_bytes = _raw_bytes(body.http_response)
-                if isinstance(exc, self.stream_error):
-                    tl.finish(sc.END_ERROR, time.perf_counter_ns(), ERROR_EVENT)
-                else:
-                    end_on_exception(tl, exc)
+        except BaseException as exc:
+            self.failed(body, exc)
             raise
+        self.exhausted(body, reader)
+
+    def event(self, body: _Body, reader: SseFeed, event: Any) -> None:
+        """One event of a streamed answer, as the client parsed it, before the app gets it."""
+        tl = body.tl
+        if not tl.ended:
+            reader.event(event)
+            if reader.done and not tl.ended:
+                tl.response_bytes = _raw_bytes(body.http_response)
+                tl.finish(sc.END_COMPLETED)
+
+    def failed(self, body: _Body, exc: BaseException) -> None:
+        """Reading the stream raised ``exc`` (an exception event, a dropped connection): the call ends
+        with it, now."""
+        tl = body.tl
+        if not tl.ended:
+            tl.response_bytes = _raw_bytes(body.http_response)
+            if isinstance(exc, self.stream_error):
+                tl.finish(sc.END_ERROR, time.perf_counter_ns(), ERROR_EVENT)
+            else:
+                end_on_exception(tl, exc)
+
+    def exhausted(self, body: _Body, reader: SseFeed) -> None:
+        """The stream ran out: the call completed if its last event came, else it was cut short."""
+        tl = body.tl
         if not tl.ended:
             tl.response_bytes = _raw_bytes(body.http_response)
             tl.finish(sc.END_COMPLETED if reader.done else sc.END_CLOSED)
@@ -247,12 +285,18 @@ class BotocoreAdapter:
         body = self.bodies.get(instance)
         if body is None or body.tl.ended:
             return wrapped(*args, **kwargs)
-        tl = body.tl
         try:
             data = wrapped(*args, **kwargs)
         except BaseException as exc:  # dropped, timed out: the call ends with it
-            end_on_exception(tl, exc)
+            end_on_exception(body.tl, exc)
             raise
+        self.piece(body, data, args, kwargs)
+        return data
+
+    def piece(self, body: _Body, data: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The app read ``data`` of a ``StreamingBody`` (``read(*args, **kwargs)``): read to its end,
+        the whole answer is read and the call ends."""
+        tl = body.tl
         try:
             body.pieces.append(data)
             body.read += len(data)
@@ -266,9 +310,8 @@ class BotocoreAdapter:
                 self.calls.finish_whole(tl, body.family, tl.status_code or 200, content, now)
         except Exception:
             internal_error("reading a botocore body failed")
-        return data
 
-    def _close(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def close_body(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         body = self.bodies.get(instance)
         on_close = None if body is None or body.tl.ended else body.tl.on_close
         if body is not None and on_close is not None:

@@ -7,8 +7,9 @@ writes apart from ``inputTokens``, as Anthropic counts them). ``/model/{modelId}
 ``invoke-with-response-stream`` carry the model's own body (Anthropic's Messages API for Claude): a
 streamed ``chunk`` event holds one event of the model's own JSON. Claude's (a ``type``) is read as the
 anthropic format reads it; Amazon Nova's has the Converse stream's shapes; Llama's carries a
-``generation`` and Titan's an ``outputText``. Bedrock adds ``amazon-bedrock-invocationMetrics``
-(``inputTokenCount``, ``outputTokenCount``) to every model's last chunk: the stream's end, with its usage.
+``generation``, Titan's an ``outputText``, Mistral's ``outputs[].text``. Bedrock adds
+``amazon-bedrock-invocationMetrics`` (``inputTokenCount``, ``outputTokenCount``) to every model's last
+chunk: the stream's end, with its usage.
 
 The stream is AWS event-stream frames, not SSE: the client adapter (:mod:`firsttoken.transport_botocore`)
 hands over each event as botocore parsed it (its parser checks the frames' CRCs), in botocore's
@@ -34,10 +35,12 @@ _CONTENT_DELTAS = ("text", "toolUse", "reasoningContent")
 """What a ``contentBlockDelta`` carries that is generated output."""
 _METRICS = "amazon-bedrock-invocationMetrics"
 """The member Bedrock adds to an InvokeModel stream's last chunk, whatever the model."""
-_TEXT_KEYS = ("generation", "outputText")
-"""A non-Claude, non-Nova chunk's generated text: Meta Llama's, Amazon Titan's."""
+_TEXT_KEYS = ("generation", "outputText", "text")
+"""A non-Claude, non-Nova chunk's generated text: Meta Llama's, Amazon Titan's, a Mistral output's."""
 _STOP_KEYS = ("stop_reason", "completionReason")
 """Its finish reason (Llama's, Titan's), on the last chunk."""
+_OUTPUTS = "outputs"
+"""A Mistral model's chunk: a list of outputs, each with a ``text`` and its ``stop_reason`` (null until the last)."""
 
 
 def _model(path: str) -> str | None:
@@ -113,19 +116,30 @@ def _read_converse_event(tl: Timeline, event: Mapping[str, Any], now: int) -> in
     return EVENT_MORE
 
 
-def _read_model_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
-    """One InvokeModel stream chunk of a model other than Claude: Nova's (Converse's shapes), Llama's
-    or Titan's; the last one, whatever the model, carries Bedrock's invocation metrics."""
+def _read_generated(tl: Timeline, chunk: Mapping[str, Any], now: int) -> None:
+    """A chunk's (or a Mistral output's) generated text and finish reason, under whichever key its
+    model uses: a non-empty text is a token."""
     for key in _TEXT_KEYS:
-        text = event.get(key)
+        text = chunk.get(key)
         if isinstance(text, str) and text:
             tl.output_token(now)
             if tl.capture is not None:
                 common.append_output(tl, text)
     for key in _STOP_KEYS:
-        reason = event.get(key)
+        reason = chunk.get(key)
         if isinstance(reason, str) and reason:
             tl.finish_reasons[0] = reason
+
+
+def _read_model_event(tl: Timeline, event: Mapping[str, Any], now: int) -> int:
+    """One InvokeModel stream chunk of a model other than Claude: Nova's (Converse's shapes), Llama's,
+    Titan's or Mistral's; the last one, whatever the model, carries Bedrock's invocation metrics."""
+    _read_generated(tl, event, now)
+    outputs = event.get(_OUTPUTS)
+    if isinstance(outputs, list):
+        for output in outputs:
+            if isinstance(output, Mapping):
+                _read_generated(tl, output, now)
     verdict = _read_converse_event(tl, event, now)
     metrics = event.get(_METRICS)
     if not isinstance(metrics, Mapping):
