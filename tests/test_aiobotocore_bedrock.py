@@ -43,7 +43,10 @@ from .test_boto3_bedrock import (  # the same simulator, requests and fixtures a
     telemetry,
 )
 
-aiobotocore_session = pytest.importorskip("aiobotocore.session", reason="aiobotocore pins an older botocore than the dev extra's boto3: its tests run in scripts/compat.sh's venv")
+aiobotocore_session = pytest.importorskip(
+    "aiobotocore.session",
+    reason="aiobotocore pins an older botocore than the dev extra's boto3: its tests run in scripts/compat.sh's venv",
+)
 from botocore.exceptions import ClientError, EventStreamError  # noqa: E402
 
 __all__ = ["captured", "sim", "telemetry"]  # fixtures, imported to be used here
