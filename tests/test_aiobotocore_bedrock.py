@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,11 +31,13 @@ from .test_boto3_bedrock import (  # the same simulator, requests and fixtures a
     LATENCY,
     MODEL_ID,
     NOVA_ID,
+    SLOW_S,
     _instrumented,
     captured,
     check_captured,
     check_closed,
     check_dropped,
+    check_slow_start,
     check_throttled,
     check_two_streams,
     check_whole,
@@ -48,6 +51,7 @@ aiobotocore_session = pytest.importorskip(
     reason="aiobotocore pins an older botocore than the dev extra's boto3: its tests run in scripts/compat.sh's venv",
 )
 from botocore.exceptions import ClientError, EventStreamError  # noqa: E402
+from botocore.parsers import ResponseParserError  # noqa: E402
 
 __all__ = ["captured", "sim", "telemetry"]  # fixtures, imported to be used here
 
@@ -243,3 +247,33 @@ async def test_aiobotocore_returns_the_same_with_and_without_firsttoken() -> Non
         measured = await _both(sim)
     assert len(t.calls()) == 3
     assert measured == plain
+
+
+async def test_time_before_the_first_attempt_counts_in_ttft_and_prepare(telemetry: Telemetry, sim: Simulator) -> None:
+    """An async ``before-sign`` handler that takes 300 ms (what a credential refresh costs inside signing)
+    runs inside the app's ``converse_stream``: in TTFT, the duration and the ``prepare`` phase; throttled
+    once and retried (signed again: 300 ms more, in ``retry_wait``), it is still one call, two attempts."""
+
+    async def slow(**_: Any) -> None:
+        await asyncio.sleep(SLOW_S)
+
+    async with _client(sim, attempts=2) as runtime:
+        runtime.meta.events.register("before-sign.bedrock-runtime.ConverseStream", slow)
+        sim.inject(Fault.rate_limit(retry_after=0))
+        started = time.perf_counter()
+        events = [e async for e in (await runtime.converse_stream(**CONVERSE))["stream"]]
+        observed = time.perf_counter() - started
+    assert "metadata" in events[-1]
+    span = telemetry.call()
+    a = dict(span.attributes or {})
+    assert a[sc.FT_ATTEMPTS] == 2 and a[sc.FT_END_REASON] == sc.END_COMPLETED
+    check_slow_start(a, span, observed)
+
+
+async def test_other_aws_clients_record_nothing(telemetry: Telemetry, sim: Simulator) -> None:
+    """An ``sts`` client (what a credential refresh calls), answered 404 by the simulator: no span, no metric."""
+    async with aiobotocore_session.get_session().create_client("sts", **client_options(sim)) as sts:
+        with pytest.raises((ClientError, ResponseParserError)):  # the simulator's JSON 404 is no STS XML
+            await sts.get_caller_identity()
+    assert telemetry.spans() == []
+    assert not any(p.count for points in telemetry.metrics().values() for p in points)

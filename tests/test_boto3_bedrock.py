@@ -11,7 +11,9 @@ for a busy machine.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,8 +26,11 @@ from firsttoken.sim import CacheConfig, Fault, LatencyModel, Simulator
 from .conftest import Telemetry
 
 boto3 = pytest.importorskip("boto3", reason="boto3 is in the dev extra")
+import botocore.session  # noqa: E402
 from botocore.config import Config  # noqa: E402
+from botocore.credentials import CredentialProvider, RefreshableCredentials  # noqa: E402
 from botocore.exceptions import ClientError, EventStreamError  # noqa: E402
+from botocore.parsers import ResponseParserError  # noqa: E402
 
 MODEL_ID = "anthropic.claude-x-v1:0"
 NOVA_ID = "amazon.nova-lite-v1:0"
@@ -352,3 +357,112 @@ def test_boto3_returns_the_same_with_and_without_firsttoken() -> None:
         measured = _converse_both(sim)
     assert len(t.calls()) == 2
     assert measured == plain
+
+
+# -- the clock starts when the app calls the client's method -------------------------------------
+
+SLOW_S = 0.3
+"""What the tests' credential refresh or event handler sleeps before the first attempt is sent."""
+
+
+class _SlowRefresh:
+    """A credential provider (botocore's chain, first in line) whose credentials have expired: the
+    first request's signing refreshes them, which takes ``SLOW_S`` (an STS or SSO round trip)."""
+
+    METHOD = "slow-refresh"
+
+    def __init__(self) -> None:
+        self.refreshes = 0
+
+    def refresh(self) -> dict[str, str]:
+        self.refreshes += 1
+        time.sleep(SLOW_S)
+        expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+        return {
+            "access_key": "AKIDEXAMPLE",
+            "secret_key": SECRET,
+            "token": "fake-session-token",
+            "expiry_time": expiry.isoformat(),
+        }
+
+    def load(self) -> Any:
+        expired = {**self.refresh_metadata(), "expiry_time": "2000-01-01T00:00:00Z"}
+        return RefreshableCredentials.create_from_metadata(expired, self.refresh, self.METHOD)
+
+    @staticmethod
+    def refresh_metadata() -> dict[str, str]:
+        return {"access_key": "AKIDEXPIRED", "secret_key": "expired", "token": "expired"}
+
+
+def _slow_client(sim: Simulator, attempts: int = 1) -> tuple[Any, _SlowRefresh]:
+    """A ``bedrock-runtime`` client whose credentials are refreshed (``SLOW_S``) when it first signs."""
+    provider = _SlowRefresh()
+    session = botocore.session.Session()
+    resolver = session.get_component("credential_provider")
+    resolver.insert_before(
+        "env",
+        type(
+            "SlowRefreshProvider",
+            (CredentialProvider,),
+            {"METHOD": provider.METHOD, "load": lambda self: provider.load()},
+        )(),
+    )
+    options = {k: v for k, v in client_options(sim, attempts).items() if not k.startswith("aws_")}
+    return boto3.Session(botocore_session=session).client("bedrock-runtime", **options), provider
+
+
+def check_slow_start(a: dict[str, Any], span: Any, observed_s: float) -> None:
+    """The ``SLOW_S`` spent inside the app's call before its first attempt was sent counts: in TTFT (when
+    streamed), in the duration, and in the ``prepare`` phase; the duration is no longer than the app saw
+    (plus 50 ms for the two clock reads on either side of a busy machine's scheduling)."""
+    duration = ((span.end_time or 0) - (span.start_time or 0)) / 1e9
+    assert SLOW_S <= a[sc.FT_PHASE_DURATION_PREFIX + sc.PHASE_PREPARE] <= duration
+    assert SLOW_S + 0.03 <= duration <= observed_s + 0.05  # and the simulator's 30 ms queue
+    if sc.FT_TIME_TO_FIRST_TOKEN in a:
+        assert SLOW_S + 0.03 <= a[sc.FT_TIME_TO_FIRST_TOKEN] <= duration
+
+
+def test_a_credential_refresh_before_the_first_attempt_counts_in_ttft_and_prepare(
+    telemetry: Telemetry, sim: Simulator
+) -> None:
+    """Signing refreshes expired credentials (300 ms here; STS, SSO, IMDS or a credential_process on the
+    first call after expiry): the app waits for it inside ``converse_stream``, so it is in TTFT, the
+    duration and the ``prepare`` phase. (Before the clock started at the app's call, it started at the
+    first attempt's send, after signing: none of it counted.)"""
+    runtime, provider = _slow_client(sim)
+    started = time.perf_counter()
+    events = list(runtime.converse_stream(**CONVERSE)["stream"])
+    observed = time.perf_counter() - started
+    assert provider.refreshes == 1 and "metadata" in events[-1]
+    span = telemetry.call()
+    check_slow_start(dict(span.attributes or {}), span, observed)
+
+
+def test_a_before_call_handler_counts_and_retries_stay_one_call(telemetry: Telemetry, sim: Simulator) -> None:
+    """An app's ``before-call`` handler (run after serialization, before botocore's retry loop) that takes
+    300 ms is inside the call: its first attempt throttled and retried is still one call, two attempts."""
+    runtime = _client(sim, attempts=2)
+    runtime.meta.events.register("before-call.bedrock-runtime.Converse", lambda **_: time.sleep(SLOW_S))
+    sim.inject(Fault.rate_limit(retry_after=0))
+    started = time.perf_counter()
+    runtime.converse(**CONVERSE)
+    observed = time.perf_counter() - started
+    span = telemetry.call()
+    a = dict(span.attributes or {})
+    assert a[sc.FT_ATTEMPTS] == 2 and a[sc.FT_END_REASON] == sc.END_COMPLETED
+    assert [r.status for r in sim.requests] == [429, 200]
+    check_slow_start(a, span, observed)
+
+
+def test_other_aws_clients_and_operations_record_nothing(telemetry: Telemetry, sim: Simulator) -> None:
+    """An ``sts`` client (what a credential refresh calls) and a ``bedrock-runtime`` operation firsttoken
+    does not measure (``apply_guardrail``), both answered 404 by the simulator: no span, no metric."""
+    options = client_options(sim)
+    with pytest.raises((ClientError, ResponseParserError)):  # the simulator's JSON 404 is no STS XML
+        boto3.client("sts", **options).get_caller_identity()
+    with pytest.raises(ClientError):
+        _client(sim).apply_guardrail(
+            guardrailIdentifier="g", guardrailVersion="1", source="INPUT", content=[{"text": {"text": "Hi"}}]
+        )
+    assert telemetry.spans() == []
+    assert not any(p.count for points in telemetry.metrics().values() for p in points)

@@ -24,7 +24,7 @@ from ._patch import Patches
 from .context import CURRENT_CALL
 from .headers import read_headers
 from .streams import end_on_exception, error_type_for_status, watch
-from .timeline import Timeline, is_cancellation
+from .timeline import CallStart, Timeline, is_cancellation
 
 log = logging.getLogger("firsttoken")
 
@@ -321,10 +321,13 @@ class RetryLoop:
     connection) ends the call only when the loop gives up (:meth:`end`). Opened by the provider
     layer around the SDK's loop; the client adapters find it in :data:`RETRY_LOOP`."""
 
-    __slots__ = ("failure", "family", "path", "status", "tl")
+    __slots__ = ("failure", "family", "path", "start", "status", "tl")
 
-    def __init__(self) -> None:
+    def __init__(self, start: CallStart | None = None) -> None:
         self.tl: Timeline | None = None
+        self.start = start
+        """When the app called the SDK's method, if the loop's opener knows (its call's start); else
+        the call starts at its first attempt's send."""
         self.family = ""
         self.path = ""
         self.status: int | None = None
@@ -338,7 +341,7 @@ class RetryLoop:
         if tl is not None and not tl.ended and request.path == self.path:
             self.status = self.failure = None
             return tl, self.family
-        started = calls.start(request)
+        started = calls.start(request, self.start)
         if started is not None:
             self.tl, self.family = started
             self.path = request.path
@@ -438,8 +441,9 @@ class DirectCalls(Protocol):
     the providers sit above the transport (``firsttoken.providers.direct.DirectCalls``).
     """
 
-    def start(self, request: WireRequest) -> tuple[Timeline, str] | None:
-        """The call's timeline and API family when ``request`` is an LLM API call, else None."""
+    def start(self, request: WireRequest, call_start: CallStart | None = None) -> tuple[Timeline, str] | None:
+        """The call's timeline and API family when ``request`` is an LLM API call, else None; the call
+        starts at ``call_start`` (when the app called the client's method) if given, else now."""
         ...
 
     def finish_whole(

@@ -6,6 +6,8 @@ overrides every method :mod:`firsttoken.transport_botocore` patches with an asyn
 attempt, sent with aiohttp), ``AioEventStream.__aiter__`` and ``AioStreamingBody.read``. These hooks
 are the same adapter's (its ``DirectCalls``, its open bodies, its reading of each event), awaited:
 
+* ``AioBaseClient._make_api_call`` (the app's awaited ``converse(...)``) stamps the call's start, for
+  the ``bedrock-runtime`` operations firsttoken measures, as botocore's does;
 * ``_send_request`` is the call's :class:`~firsttoken.transport_botocore.RetryScope`;
 * ``_send`` is :func:`~firsttoken.transport.send_direct_async`'s send: it starts the call, counts the
   attempt, reads the status and headers from aiohttp's ``ClientResponse``. The call is current while
@@ -30,7 +32,7 @@ from .streams import end_on_exception
 from .timeline import Timeline
 from .transport import SseFeed, WireRequest, read_on, send_direct_async
 from .transport_aiohttp import aiohttp_responded
-from .transport_botocore import BotocoreAdapter
+from .transport_botocore import API_CALL, BotocoreAdapter, measured, stamp
 
 
 class AiobotocoreHooks:
@@ -44,6 +46,7 @@ class AiobotocoreHooks:
 
     def patch(self, patches: Patches) -> None:
         """Patch each aiobotocore module when the app imports it (now, if it has)."""
+        patches.wrap_when_imported("aiobotocore.client", "AioBaseClient._make_api_call", self._make_api_call)
         patches.wrap_when_imported("aiobotocore.endpoint", "AioEndpoint._send_request", self._send_request)
         patches.wrap_when_imported("aiobotocore.endpoint", "AioEndpoint._send", self._send)
         patches.wrap_when_imported("aiobotocore.eventstream", "AioEventStream.__aiter__", self._aiter)
@@ -55,6 +58,17 @@ class AiobotocoreHooks:
         """Whether ``endpoint`` sends with aiobotocore's aiohttp session (imported with its endpoint)."""
         session = getattr(sys.modules.get("aiobotocore.httpsession"), "AIOHTTPSession", None)
         return session is not None and isinstance(getattr(endpoint, "http_session", None), session)
+
+    # -- the app's call to the client's method --------------------------------------------------
+
+    async def _make_api_call(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not measured(instance, args, kwargs):
+            return await wrapped(*args, **kwargs)
+        token = API_CALL.set(stamp())
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            API_CALL.reset(token)
 
     # -- one API call, botocore's retries included ---------------------------------------------
 

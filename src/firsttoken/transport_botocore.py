@@ -5,12 +5,19 @@ event-stream binary frames, each checked against its CRCs) itself. This adapter 
 layer a :class:`~firsttoken.transport.WireRequest`, a status, and the body (whole bytes, or each event
 as botocore parsed it) through the same ``DirectCalls`` seam, and knows no wire format:
 
+* ``BaseClient._make_api_call`` is the app's call to the client's method (``converse(...)``): for one
+  of the ``bedrock-runtime`` operations firsttoken measures, the call's start is stamped there, as the
+  openai and anthropic SDKs' public methods stamp theirs, so botocore's work before the first attempt
+  is sent (validation, serialization, the ``before-*`` handlers, endpoint resolution, signing and a
+  credential refresh in it) is in TTFT and the duration, as the ``prepare`` phase. Any other client's
+  calls cost a look at the client's service name;
 * ``Endpoint._send_request`` runs one API call and botocore's own retries of it: it is a
   :class:`~firsttoken.transport.RetryLoop`, so the attempts are one call (attempt count, events,
   ``retry_wait``), ended with the last attempt's failure when botocore gives up (a throttled call
   retried to the end ends with the 429's class);
 * ``Endpoint._send`` (one attempt, the signed request) is :func:`~firsttoken.transport.send_direct`'s
-  send: it starts the call, counts the attempt, reads the status and the headers;
+  send: it opens the call (at the stamp, or now for a request sent without one), counts the attempt,
+  reads the status and the headers;
 * a whole answer (``converse``) was read and parsed when ``_send_request`` returns: the call ends then;
 * a streamed one (``converse_stream``, ``invoke_model_with_response_stream``) is read as the app
   iterates botocore's ``EventStream``: each parsed event to the reader (TTFT at the first content
@@ -30,6 +37,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Iterator
+from contextvars import ContextVar
 from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,8 +46,9 @@ from . import semconv as sc
 from ._internal import internal_error
 from ._patch import Patches
 from .context import CURRENT_CALL
+from .recorder import app_suppressed
 from .streams import ERROR_EVENT, end_on_exception, watch
-from .timeline import Timeline
+from .timeline import CallStart, Timeline
 from .transport import (
     RETRY_LOOP,
     DirectCalls,
@@ -50,6 +59,29 @@ from .transport import (
     send_direct,
 )
 from .transport_requests import patch_urllib3, urllib3_responded
+
+MEASURED_SERVICE = "bedrock-runtime"
+MEASURED_OPERATIONS = frozenset({"Converse", "ConverseStream", "InvokeModel", "InvokeModelWithResponseStream"})
+"""The operations whose requests :mod:`firsttoken.providers.bedrock` reads (its ``_PATH``)."""
+
+API_CALL: ContextVar[CallStart | None] = ContextVar("firsttoken_botocore_api_call", default=None)
+"""When the app called the measured client method the current code runs in (botocore's or aiobotocore's)."""
+
+
+def measured(client: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``client._make_api_call(*args, **kwargs)`` is a call firsttoken measures: any other
+    service's is told by its name alone (botocore caches it on the service model)."""
+    try:
+        if client._service_model.service_name != MEASURED_SERVICE:
+            return False
+        return (args[0] if args else kwargs.get("operation_name")) in MEASURED_OPERATIONS
+    except Exception:  # not a botocore client after all: not ours to measure
+        return False
+
+
+def stamp() -> CallStart:
+    """The start of the app's call, now (and whether its context suppresses instrumentation)."""
+    return time.perf_counter_ns(), time.time_ns(), app_suppressed()
 
 
 class _Headers:
@@ -113,9 +145,9 @@ class RetryScope:
 
     __slots__ = ("adapter", "loop", "result", "token")
 
-    def __init__(self, adapter: BotocoreAdapter) -> None:
+    def __init__(self, adapter: BotocoreAdapter, start: CallStart | None) -> None:
         self.adapter = adapter
-        self.loop = RetryLoop()
+        self.loop = RetryLoop(start)
         self.result: Any = None
 
     def __enter__(self) -> RetryScope:
@@ -148,7 +180,8 @@ class BotocoreAdapter:
         from botocore.response import StreamingBody  # type: ignore[import-untyped]
 
         self.stream_error, self.event_stream, self.streaming_body = EventStreamError, EventStream, StreamingBody
-        ok = patches.wrap("botocore.endpoint", "Endpoint._send_request", self._send_request)
+        ok = patches.wrap("botocore.client", "BaseClient._make_api_call", self._make_api_call)
+        ok = patches.wrap("botocore.endpoint", "Endpoint._send_request", self._send_request) and ok
         ok = patches.wrap("botocore.endpoint", "Endpoint._send", self._send) and ok
         ok = patches.wrap("botocore.eventstream", "EventStream.__iter__", self._iter) and ok
         ok = patches.wrap("botocore.eventstream", "EventStream.close", self.close_body) and ok
@@ -158,13 +191,24 @@ class BotocoreAdapter:
             patch_urllib3(patches)
         return ok
 
+    # -- the app's call to the client's method --------------------------------------------------
+
+    def _make_api_call(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not measured(instance, args, kwargs):
+            return wrapped(*args, **kwargs)
+        token = API_CALL.set(stamp())
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            API_CALL.reset(token)
+
     # -- one API call, botocore's retries included ---------------------------------------------
 
     def retry_scope(self) -> RetryScope | None:
         """The scope of an API call about to run, or None inside another call (nothing to measure)."""
         if CURRENT_CALL.get() is not None or RETRY_LOOP.get() is not None:
             return None
-        return RetryScope(self)
+        return RetryScope(self, API_CALL.get())
 
     def _send_request(self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         scope = self.retry_scope()

@@ -25,7 +25,7 @@ from .. import semconv as sc
 from .._internal import internal_error
 from ..recorder import Recorder
 from ..streams import ERROR_EVENT, end_on_exception, error_type_for_status
-from ..timeline import Timeline
+from ..timeline import CallStart, Timeline
 from ..transport import WireRequest
 from . import _common as common
 from . import anthropic, bedrock, cohere, gemini, openai
@@ -82,9 +82,10 @@ def _sdk_provider(request: WireRequest) -> str | None:
 
 
 def start(
-    recorder: Recorder, provider_of: common.ProviderResolver, request: WireRequest
+    recorder: Recorder, provider_of: common.ProviderResolver, request: WireRequest, call_start: CallStart | None = None
 ) -> tuple[Timeline, str] | None:
-    """Open the call of an LLM API request read on the wire: (timeline, API family)."""
+    """Open the call of an LLM API request read on the wire: (timeline, API family); it starts at
+    ``call_start`` when the client adapter stamped the app's call to the client's method, else now."""
     kind = classify(request)
     if kind is None:
         return None
@@ -94,7 +95,7 @@ def start(
     default = _sdk_provider(request) or fmt.default_provider(request.path)
     endpoint = provider_of.endpoint(request.host, request.port, default, request.path)
     server = (request.host, request.port, endpoint)
-    return open_call(recorder, what, server, request.client, recorder.finish), fmt.family
+    return open_call(recorder, what, server, request.client, recorder.finish, call_start), fmt.family
 
 
 class SseReader:
@@ -208,8 +209,8 @@ class DirectCalls:
         self.recorder = recorder
         self.provider_of = provider_of
 
-    def start(self, request: WireRequest) -> tuple[Timeline, str] | None:
-        return start(self.recorder, self.provider_of, request)
+    def start(self, request: WireRequest, call_start: CallStart | None = None) -> tuple[Timeline, str] | None:
+        return start(self.recorder, self.provider_of, request, call_start)
 
     def finish_whole(
         self, tl: Timeline, family: str, status: int, content: bytes | None, end_ns: int | None = None
